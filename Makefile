@@ -1,0 +1,32 @@
+# Quick start: `make demo` (run the default experiment) and `make test` (the test suite).
+# Both create .venv on first use and install the project with CPU PyTorch 2.13.0.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Override to fetch the CPU wheel from another index, e.g. TORCH_PIP_ARGS="--index-url URL".
+TORCH_PIP_ARGS ?=
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/python -m experiments.run
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(BIN)/.installed
+	$(BIN)/python scripts/bench_scheduler.py
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache .mypy_cache .ruff_cache

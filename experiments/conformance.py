@@ -1,0 +1,329 @@
+"""Replay a conformance workload (shared/oracles/FORMAT.md) through our schedulers and compare
+decision logs with the ones the real upstream schedulers wrote.
+
+    python -m experiments.conformance replay W.jsonl --out OURS.jsonl
+    python -m experiments.conformance compare REF.jsonl OURS.jsonl
+
+The step loop is FORMAT.md's: at step k add every request whose `arrival_step <= k`, schedule,
+run the fake model (one token per request whose prefill is complete, value
+`3 + (i * 7919 + p * 104729) % 31000`), commit. Two logs agree at a step when `scheduled` (as a
+set of id, n, start), `preempted` (as a list) and `finished` (as a set) are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from schedulers.contract import Request, Scheduler, StepResult
+
+WorkloadConfig = dict[str, Any]
+RequestRecord = dict[str, Any]
+
+
+def fake_token(request_id: str, seq_len: int) -> int:
+    """FORMAT.md's token for request `r<i>` when its sequence holds `seq_len` tokens."""
+    return 3 + (int(request_id[1:]) * 7919 + seq_len * 104729) % 31000
+
+
+def _open_text(path: str | Path) -> IO[str]:
+    """Open a JSONL file, gzipped when its name ends in .gz."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt")
+    return open(path)
+
+
+def load_workload(path: str | Path) -> tuple[WorkloadConfig, list[RequestRecord]]:
+    """Read a workload file: a config line, then one line per request."""
+    cfg: WorkloadConfig | None = None
+    reqs: list[RequestRecord] = []
+    with _open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+            kind = rec.get("type")
+            if kind == "config":
+                cfg = rec
+            elif kind == "request":
+                for key in ("id", "arrival_step", "prompt", "max_tokens"):
+                    if key not in rec:
+                        raise ValueError(f"{path}:{lineno}: request lacks field {key!r}")
+                if rec["prompt"] is None:
+                    raise ValueError(
+                        f"{path}:{lineno}: field 'prompt' is null (a reference log, "
+                        "not a workload?)"
+                    )
+                reqs.append(rec)
+            else:
+                raise ValueError(f"{path}:{lineno}: unknown record type {kind!r}")
+    if cfg is None:
+        raise ValueError(f"{path}: no config line")
+    if cfg.get("scheduler") not in BUILDERS:
+        raise ValueError(
+            f"{path}: config field 'scheduler' is {cfg.get('scheduler')!r}; "
+            f"valid: {sorted(BUILDERS)}"
+        )
+    if cfg["scheduler"] == "vllm":
+        # The vLLM oracle sorts arrivals by (arrival_step, request number).
+        reqs.sort(key=lambda r: (r["arrival_step"], int(r["id"][1:])))
+    return cfg, reqs
+
+
+def _build_vllm(cfg: WorkloadConfig) -> Scheduler:
+    from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
+
+    return VllmScheduler(
+        VllmSchedulerConfig(
+            num_blocks=cfg["num_blocks"],
+            block_size=cfg.get("block_size", 16),
+            max_num_seqs=cfg.get("max_num_seqs", 128),
+            max_num_batched_tokens=cfg.get("max_num_batched_tokens", 2048),
+            max_model_len=cfg.get("max_model_len", 4096),
+            long_prefill_token_threshold=cfg.get("long_prefill_token_threshold", 0),
+            scheduler_reserve_full_isl=cfg.get("reserve_full_isl", True),
+            watermark=cfg.get("watermark", 0.0),
+            policy=cfg.get("policy", "fcfs"),
+            enable_prefix_caching=cfg.get("enable_prefix_caching", True),
+        )
+    )
+
+
+def _build_sglang(cfg: WorkloadConfig) -> Scheduler:
+    from schedulers.sglang import sglang_scheduler_from_conformance
+
+    return sglang_scheduler_from_conformance(cfg)
+
+
+BUILDERS: dict[str, Callable[[WorkloadConfig], Scheduler]] = {
+    "vllm": _build_vllm,
+    "sglang": _build_sglang,
+}
+
+
+@dataclass
+class ReplaySummary:
+    steps: int
+    finished: int
+    aborted: int
+    preemptions: int
+    num_reqs: int
+
+
+def replay(
+    cfg: WorkloadConfig, reqs: list[RequestRecord], max_steps: int = 100_000
+) -> Iterable[dict[str, Any]]:
+    """Yield our decision log, record by record (config, requests, steps, summary)."""
+    sched = BUILDERS[cfg["scheduler"]](cfg)
+    yield {"type": "config", **{k: v for k, v in cfg.items() if k != "type"}}
+    for r in reqs:
+        yield {
+            "type": "request",
+            "id": r["id"],
+            "arrival_step": r["arrival_step"],
+            "prompt_len": len(r["prompt"]),
+            "max_tokens": r["max_tokens"],
+        }
+    live: dict[str, Request] = {}
+    pending = list(reqs)
+    next_arrival = 0
+    n_finished = n_aborted = n_preempted = 0
+    # The vLLM oracle loops while `Scheduler.has_requests()`, which stays true for one more
+    # (empty) step after the last finish, until `finished_req_ids` is flushed.
+    flush_finished = cfg["scheduler"] == "vllm"
+    finished_last_step = False
+    step = 0
+    while (
+        next_arrival < len(pending)
+        or sched.has_unfinished()
+        or (flush_finished and finished_last_step)
+    ) and step < max_steps:
+        rejected: list[tuple[str, str]] = []
+        while next_arrival < len(pending) and pending[next_arrival]["arrival_step"] <= step:
+            r = pending[next_arrival]
+            next_arrival += 1
+            req = Request(
+                request_id=r["id"],
+                prompt_token_ids=list(r["prompt"]),
+                max_tokens=r["max_tokens"],
+                arrival_time=float(step),
+                priority=r.get("priority", 0),
+                ignore_eos=bool(r.get("ignore_eos", False)),
+                eos_token_id=None,  # FORMAT.md: requests finish by length only
+            )
+            reason = sched.add_request(req)
+            if reason is None:
+                live[req.request_id] = req
+            else:
+                rejected.append((req.request_id, reason))
+        plan = sched.schedule()
+        sampled = {
+            c.request_id: fake_token(c.request_id, live[c.request_id].num_tokens)
+            for c in plan.chunks
+            if c.sample
+        }
+        events = sched.update_from_output(plan, StepResult(sampled, duration_s=1.0))
+        aborted = rejected + plan.aborted + [f for f in events.finished if f[1] == "abort"]
+        finished = [rid for rid, why in events.finished if why != "abort"]
+        for rid in finished:
+            live.pop(rid, None)
+        for rid, _ in aborted:
+            live.pop(rid, None)
+        preempted = list(plan.preempted)
+        if cfg["scheduler"] == "vllm":
+            # vLLM's SchedulerOutput keeps preempted ids in a set; the oracle sorts them.
+            preempted = sorted(preempted, key=lambda x: int(x[1:]))
+        finished_last_step = bool(finished or aborted)
+        n_finished += len(finished)
+        n_aborted += len(aborted)
+        n_preempted += len(preempted)
+        yield {
+            "type": "step",
+            "step": step,
+            "mode": plan.forward_mode,
+            "scheduled": [
+                {"id": c.request_id, "n": len(c.token_ids), "start": c.start_pos}
+                for c in plan.chunks
+            ],
+            "preempted": preempted,
+            "preempted_order": list(plan.preempted),
+            "finished": finished,
+            "aborted": [rid for rid, _ in aborted],
+            "abort_reasons": {rid: why for rid, why in aborted},
+        }
+        step += 1
+    yield {
+        "type": "summary",
+        "steps": step,
+        "finished": n_finished,
+        "aborted": n_aborted,
+        "preemptions": n_preempted,
+        "num_reqs": len(reqs),
+    }
+
+
+def _step_key(rec: dict[str, Any]) -> tuple[frozenset[tuple[str, int, int]], list[str], frozenset[str]]:
+    sched = frozenset((s["id"], s["n"], s["start"]) for s in rec.get("scheduled", []))
+    return sched, list(rec.get("preempted", [])), frozenset(rec.get("finished", []))
+
+
+@dataclass
+class Comparison:
+    """How two decision logs agree, step by step."""
+
+    steps_ref: int
+    steps_ours: int
+    agreeing: int
+    first_diff: int | None
+    ref_entry: dict[str, Any] | None
+    ours_entry: dict[str, Any] | None
+
+    @property
+    def share(self) -> float:
+        total = max(self.steps_ref, self.steps_ours)
+        return self.agreeing / total if total else 1.0
+
+    @property
+    def identical(self) -> bool:
+        return self.first_diff is None
+
+
+def read_steps(path: str | Path) -> list[dict[str, Any]]:
+    """The step records of a decision log, in order."""
+    with _open_text(path) as f:
+        return [rec for line in f if line.strip() and (rec := json.loads(line)).get("type") == "step"]
+
+
+def compare_logs(ref: list[dict[str, Any]], ours: list[dict[str, Any]]) -> Comparison:
+    """Compare two lists of step records on FORMAT.md's common fields."""
+    agreeing = 0
+    first_diff: int | None = None
+    for i in range(max(len(ref), len(ours))):
+        a = ref[i] if i < len(ref) else None
+        b = ours[i] if i < len(ours) else None
+        if a is not None and b is not None and _step_key(a) == _step_key(b):
+            agreeing += 1
+        elif first_diff is None:
+            first_diff = i
+    return Comparison(
+        steps_ref=len(ref),
+        steps_ours=len(ours),
+        agreeing=agreeing,
+        first_diff=first_diff,
+        ref_entry=ref[first_diff] if first_diff is not None and first_diff < len(ref) else None,
+        ours_entry=ours[first_diff] if first_diff is not None and first_diff < len(ours) else None,
+    )
+
+
+COMMON_FIELDS = ("step", "scheduled", "preempted", "finished")
+
+
+def _common(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    if rec is None:
+        return None
+    out = {k: rec.get(k) for k in COMMON_FIELDS}
+    out["scheduled"] = sorted(
+        ({"id": s["id"], "n": s["n"], "start": s["start"]} for s in rec.get("scheduled", [])),
+        key=lambda s: int(s["id"][1:]),
+    )
+    return out
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    cfg, reqs = load_workload(args.workload)
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w") as f:
+        for rec in replay(cfg, reqs, max_steps=args.max_steps):
+            f.write(json.dumps(rec) + "\n")
+            if rec["type"] == "summary":
+                print(json.dumps(rec))
+    tmp.replace(out)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    cmp = compare_logs(read_steps(args.ref), read_steps(args.ours))
+    print(
+        f"steps: reference {cmp.steps_ref}, ours {cmp.steps_ours}; "
+        f"agreeing {cmp.agreeing} ({100 * cmp.share:.2f}%)"
+    )
+    if cmp.identical:
+        print("every step agrees")
+        return 0
+    print(f"first differing step: {cmp.first_diff}")
+    print("reference:", json.dumps(_common(cmp.ref_entry)))
+    print("ours:     ", json.dumps(_common(cmp.ours_entry)))
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.conformance", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("replay", help="replay a workload through our scheduler")
+    r.add_argument("workload")
+    r.add_argument("--out", required=True)
+    r.add_argument("--max-steps", type=int, default=100_000)
+    c = sub.add_parser("compare", help="compare a reference log with ours")
+    c.add_argument("ref")
+    c.add_argument("ours")
+    args = ap.parse_args(argv)
+    try:
+        return _cmd_replay(args) if args.cmd == "replay" else _cmd_compare(args)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The objects that cross the boundary between the engine, a scheduler and an executor.
+
+See DESIGN.md, "The contract". A scheduler sees a `Request`, returns a `StepPlan` from
+`schedule()`, and commits a `StepResult` in `update_from_output()`, which returns the
+`StepEvents` of that step. Schedulers never read a clock, sleep or touch tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+# Token id the simulated executor emits when a request reaches its EOS length.
+DEFAULT_EOS_TOKEN_ID = 2
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One client request.
+
+    `max_tokens` is the client's cap, visible to schedulers. `eos_output_len` is the output
+    length at which the model will emit EOS; it comes from the workload and schedulers must
+    not read it (it exists for executors and metrics). `output_token_ids` grows as the
+    scheduler commits sampled tokens.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    arrival_time: float = 0.0
+    priority: int = 0
+    ignore_eos: bool = False
+    eos_output_len: int | None = None
+    eos_token_id: int | None = DEFAULT_EOS_TOKEN_ID
+    output_token_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.eos_output_len is None:
+            self.eos_output_len = self.max_tokens
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus committed output tokens."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    """The work one request gets in one step.
+
+    `token_ids` are the tokens whose KV is computed this step, at positions
+    `start_pos .. start_pos + len(token_ids) - 1`. `page_ids` are the physical KV pages that
+    cover every position from 0 to the last one (slot = page_id * page_size + offset); the
+    list may be the scheduler's own and is valid only until the next `schedule()`.
+    `sample` says whether a token is sampled after the last position (the request has caught
+    up with its sequence). `admitted` marks the first chunk after (re)admission, whose
+    `start_pos` is then the prefix-cache hit.
+    """
+
+    request_id: str
+    token_ids: list[int]
+    start_pos: int
+    page_ids: list[int]
+    sample: bool
+    admitted: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One step's work, frozen: what to compute, where its KV lives, and what changed.
+
+    `preempted` lists requests preempted (vLLM) or retracted (SGLang) while this plan was
+    made, in the order the scheduler chose them. `aborted` holds (request id, reason) for
+    requests given up while planning (they can never fit).
+    """
+
+    step: int
+    page_size: int
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    aborted: list[tuple[str, str]] = field(default_factory=list)
+    forward_mode: str = "mixed"  # "mixed" (vLLM), "extend" / "decode" (SGLang), "idle"
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What the executor returns: a sampled token for every chunk with `sample` set."""
+
+    sampled_token_ids: dict[str, int]
+    duration_s: float
+
+
+@dataclass(slots=True)
+class StepEvents:
+    """What committing a step changed.
+
+    `new_token_ids` maps a request to the output tokens appended this step. `finished`
+    holds (request id, reason) with reason one of "stop" (EOS), "length" (max_tokens or
+    max_model_len) or "abort".
+    """
+
+    new_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    finished: list[tuple[str, str]] = field(default_factory=list)
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """What the engine drives. Implemented by `schedulers.vllm` and `schedulers.sglang`."""
+
+    name: str
+    page_size: int
+
+    def add_request(self, request: Request) -> str | None:
+        """Queue a request. Returns None when accepted, or the reason it can never be served."""
+        ...
+
+    def schedule(self) -> StepPlan:
+        """Plan the next step."""
+        ...
+
+    def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
+        """Commit the executor's result for `plan` (the one `schedule()` just returned)."""
+        ...
+
+    def abort(self, request_id: str, reason: str) -> None:
+        """Drop a request and release whatever it holds."""
+        ...
+
+    def has_unfinished(self) -> bool:
+        """Whether any request is waiting or running."""
+        ...
+
+    def stats(self) -> SchedulerStats:
+        """A snapshot of queue and KV occupancy."""
+        ...
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    """Occupancy after the last step, in token slots and requests."""
+
+    num_running: int
+    num_waiting: int
+    kv_capacity_tokens: int
+    kv_used_tokens: int
+    kv_cached_tokens: int

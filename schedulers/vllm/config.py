@@ -1,0 +1,68 @@
+"""Configuration of the vLLM v1 scheduler, with upstream parameter names.
+
+Mirrors the fields of vllm/config/scheduler.py (SchedulerConfig) and vllm/config/cache.py
+(CacheConfig) that the scheduling path reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+POLICIES = ("fcfs", "priority")
+
+
+@dataclass(frozen=True, slots=True)
+class VllmSchedulerConfig:
+    """`num_blocks` counts the reserved null block, as upstream does (64 leave 63 usable)."""
+
+    num_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 4096
+    long_prefill_token_threshold: int = 0
+    scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0
+    policy: str = "fcfs"
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        def bad(field: str, value: object, why: str) -> ValueError:
+            return ValueError(f"vllm scheduler: {field}={value!r}: {why}")
+
+        if self.block_size < 1:
+            raise bad("block_size", self.block_size, "must be at least 1")
+        if self.num_blocks < 2:
+            raise bad("num_blocks", self.num_blocks, "must be at least 2 (one is the null block)")
+        if self.max_num_seqs < 1:
+            raise bad("max_num_seqs", self.max_num_seqs, "must be at least 1")
+        if self.max_num_batched_tokens < 1:
+            raise bad("max_num_batched_tokens", self.max_num_batched_tokens, "must be at least 1")
+        if self.max_model_len < 1:
+            raise bad("max_model_len", self.max_model_len, "must be at least 1")
+        if self.long_prefill_token_threshold < 0:
+            raise bad("long_prefill_token_threshold", self.long_prefill_token_threshold,
+                      "must be 0 (off) or positive")
+        # mirrors vllm/config/scheduler.py: SchedulerConfig.verify_max_model_len
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise bad("max_num_batched_tokens", self.max_num_batched_tokens,
+                      f"must be >= max_num_seqs ({self.max_num_seqs})")
+        if self.long_prefill_token_threshold > self.max_model_len:
+            raise bad("long_prefill_token_threshold", self.long_prefill_token_threshold,
+                      f"cannot be greater than max_model_len ({self.max_model_len})")
+        if not 0.0 <= self.watermark < 1.0:
+            raise bad("watermark", self.watermark, "must be in [0, 1)")
+        if self.policy not in POLICIES:
+            raise bad("policy", self.policy, f"valid: {', '.join(POLICIES)}")
+
+    @classmethod
+    def from_capacity(cls, kv_capacity_tokens: int, block_size: int = 16, **kwargs: object
+                      ) -> VllmSchedulerConfig:
+        """A config whose usable blocks hold `kv_capacity_tokens` token slots (plus the null block)."""
+        if kv_capacity_tokens % block_size:
+            raise ValueError(
+                f"vllm scheduler: kv_capacity_tokens={kv_capacity_tokens} is not a multiple of "
+                f"block_size={block_size}"
+            )
+        return cls(num_blocks=kv_capacity_tokens // block_size + 1, block_size=block_size,
+                   **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,113 @@
+"""The vLLM scheduler's view of a request: token debt and block hashes beside the contract's
+`Request`.
+
+Mirrors vllm/v1/request.py (Request, RequestStatus) for the fields the scheduling path reads.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from schedulers.contract import Request
+from schedulers.vllm.kv_cache_utils import BlockHash, hash_block_tokens
+
+
+class RequestStatus(enum.IntEnum):
+    """mirrors vllm/v1/request.py: RequestStatus (the states a local, text-only run uses)."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED_STOPPED = 3
+    FINISHED_LENGTH_CAPPED = 4
+    FINISHED_ABORTED = 5
+
+    @property
+    def is_finished(self) -> bool:
+        return self >= RequestStatus.FINISHED_STOPPED
+
+
+class VllmRequest:
+    """A request with vLLM's bookkeeping.
+
+    `all_token_ids` is prompt plus committed outputs; `num_computed_tokens` is how much of it
+    has KV (advanced optimistically when scheduled, reset to 0 on preemption). The token debt
+    of a request is `num_tokens - num_computed_tokens`.
+    """
+
+    __slots__ = (
+        "all_token_ids",
+        "arrival_time",
+        "block_hashes",
+        "block_size",
+        "eos_token_id",
+        "is_prefill_chunk",
+        "max_tokens",
+        "num_computed_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "priority",
+        "request",
+        "request_id",
+        "status",
+    )
+
+    def __init__(self, request: Request, block_size: int) -> None:
+        self.request = request
+        self.request_id = request.request_id
+        self.all_token_ids: list[int] = list(request.prompt_token_ids) + list(
+            request.output_token_ids
+        )
+        self.num_prompt_tokens = len(request.prompt_token_ids)
+        self.max_tokens = request.max_tokens
+        self.arrival_time = request.arrival_time
+        self.priority = request.priority
+        # mirrors vllm/sampling_params.py: ignore_eos leaves no eos_token_id to stop on
+        self.eos_token_id = None if request.ignore_eos else request.eos_token_id
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_preemptions = 0
+        self.is_prefill_chunk = False
+        self.block_size = block_size
+        self.block_hashes: list[BlockHash] = []
+        self._update_block_hashes()
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    def append_output_token_id(self, token_id: int) -> None:
+        """mirrors vllm/v1/request.py: Request.append_output_token_ids (hashes new full blocks)."""
+        self.all_token_ids.append(token_id)
+        self.request.output_token_ids.append(token_id)
+        if len(self.all_token_ids) % self.block_size == 0:
+            self._update_block_hashes()
+
+    def _update_block_hashes(self) -> None:
+        # mirrors vllm/v1/core/kv_cache_utils.py: get_request_block_hasher (full blocks only)
+        bs = self.block_size
+        hashes = self.block_hashes
+        tokens = self.all_token_ids
+        for i in range(len(hashes), len(tokens) // bs):
+            parent = hashes[i - 1] if i else None
+            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs]))
+
+    def __lt__(self, other: VllmRequest) -> bool:
+        # mirrors vllm/v1/request.py: Request.__lt__ (priority, arrival time, then request id)
+        if self.priority != other.priority:
+            return self.priority < other.priority
+        if self.arrival_time != other.arrival_time:
+            return self.arrival_time < other.arrival_time
+        if self.request_id != other.request_id:
+            return self.request_id < other.request_id
+        return id(self) < id(other)
+
+    def __repr__(self) -> str:
+        return (
+            f"VllmRequest({self.request_id}, {self.status.name}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens})"
+        )

@@ -1,0 +1,315 @@
+"""The vLLM v1 scheduler: token debt, running first, preemption by recompute.
+
+Mirrors vllm/v1/core/sched/scheduler.py (Scheduler) at vLLM v0.32.0, for a decoder-only text
+model with one full-attention KV cache group, synchronous scheduling and no KV connector,
+speculative decoding, LoRA or encoder inputs.
+"""
+
+from __future__ import annotations
+
+from schedulers.contract import (
+    Request,
+    ScheduledChunk,
+    SchedulerStats,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
+from schedulers.vllm.config import VllmSchedulerConfig
+from schedulers.vllm.kv_cache_manager import KVCacheManager, cdiv
+from schedulers.vllm.request import RequestStatus, VllmRequest
+from schedulers.vllm.request_queue import create_request_queue
+
+FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+class VllmScheduler:
+    """Implements the `schedulers.contract.Scheduler` protocol with vLLM v1's decisions.
+
+    Each step first gives every running request the tokens it owes (`num_tokens -
+    num_computed_tokens`, capped by the token budget and `long_prefill_token_threshold`),
+    preempting from the back of `running` (or the least important request under `priority`)
+    when its blocks cannot be allocated; then, if nothing was preempted, admits waiting
+    requests in queue order until one does not fit.
+    """
+
+    name = "vllm"
+
+    def __init__(self, config: VllmSchedulerConfig) -> None:
+        self.config = config
+        self.page_size = config.block_size
+        self.block_size = config.block_size
+        self.max_num_running_reqs = config.max_num_seqs
+        self.max_num_scheduled_tokens = config.max_num_batched_tokens
+        self.max_model_len = config.max_model_len
+        self.policy = config.policy
+        self.kv_cache_manager = KVCacheManager(
+            num_blocks=config.num_blocks,
+            block_size=config.block_size,
+            max_model_len=config.max_model_len,
+            enable_caching=config.enable_prefix_caching,
+            watermark=config.watermark,
+        )
+        self.requests: dict[str, VllmRequest] = {}
+        self.waiting = create_request_queue(config.policy)
+        self.running: list[VllmRequest] = []
+        self.step_count = 0
+        self.num_usable_blocks = config.num_blocks - 1
+
+    # ------------------------------------------------------------------ requests
+    def add_request(self, request: Request) -> str | None:
+        """Queue a request, or return why it can never be served.
+
+        Upstream validates prompts in the input processor (empty prompt, prompt longer than
+        `max_model_len`); we also refuse a prompt whose blocks exceed the whole pool, which
+        upstream would otherwise retry forever.
+        """
+        if request.request_id in self.requests:
+            raise ValueError(f"vllm scheduler: request_id={request.request_id!r} already added")
+        prompt_len = len(request.prompt_token_ids)
+        if prompt_len == 0:
+            return "prompt is empty"
+        if request.max_tokens < 1:
+            return f"max_tokens={request.max_tokens} must be at least 1"
+        if prompt_len > self.max_model_len:
+            return (
+                f"prompt of {prompt_len} tokens is longer than max_model_len="
+                f"{self.max_model_len}"
+            )
+        needed = cdiv(prompt_len, self.block_size)
+        if needed > self.num_usable_blocks:
+            return (
+                f"prompt of {prompt_len} tokens needs {needed} KV blocks; the pool holds "
+                f"{self.num_usable_blocks}"
+            )
+        req = VllmRequest(request, self.block_size)
+        self.requests[req.request_id] = req
+        self.waiting.add_request(req)
+        return None
+
+    def abort(self, request_id: str, reason: str) -> None:
+        """mirrors scheduler.py: Scheduler.finish_requests with FINISHED_ABORTED."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return
+        if req.status == RequestStatus.RUNNING:
+            self.running.remove(req)
+        else:
+            self.waiting.remove_requests((req,))
+        req.status = RequestStatus.FINISHED_ABORTED
+        self._free_request(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+    # ------------------------------------------------------------------ schedule
+    def schedule(self) -> StepPlan:
+        """mirrors scheduler.py: Scheduler.schedule."""
+        self.step_count += 1
+        kv = self.kv_cache_manager
+        running = self.running
+        preempted_reqs: list[VllmRequest] = []
+        aborted: list[tuple[str, str]] = []
+        scheduled_running_reqs: list[VllmRequest] = []
+        admitted_reqs: list[VllmRequest] = []
+        num_scheduled_tokens: dict[str, int] = {}
+        token_budget = self.max_num_scheduled_tokens
+        priority_policy = self.policy == "priority"
+
+        # The threshold only protects other requests from a long prefill: alone, it is off.
+        num_eligible = len(running) + len(self.waiting)
+        lptt = self.config.long_prefill_token_threshold if num_eligible > 1 else 0
+
+        # First, the RUNNING requests.
+        req_index = 0
+        while req_index < len(running) and token_budget > 0:
+            request = running[req_index]
+            num_new_tokens = request.num_tokens - request.num_computed_tokens
+            if 0 < lptt < num_new_tokens:
+                num_new_tokens = lptt
+            num_new_tokens = min(
+                num_new_tokens,
+                token_budget,
+                self.max_model_len - request.num_computed_tokens - 1,
+            )
+            if num_new_tokens <= 0:
+                req_index += 1
+                continue
+
+            while True:
+                new_blocks = kv.allocate_slots(request, num_new_tokens)
+                if new_blocks is not None:
+                    break
+                # mirrors Scheduler.schedule: preempt the lowest-priority request
+                if priority_policy:
+                    preempted_req = max(running, key=lambda r: (r.priority, r.arrival_time))
+                    victim_index = running.index(preempted_req)
+                    del running[victim_index]
+                    if victim_index < req_index:
+                        req_index -= 1
+                    if preempted_req in scheduled_running_reqs:
+                        # refund the budget of a victim already scheduled this step
+                        scheduled_running_reqs.remove(preempted_req)
+                        token_budget += num_scheduled_tokens.pop(preempted_req.request_id)
+                else:
+                    preempted_req = running.pop()
+                self._preempt_request(preempted_req)
+                preempted_reqs.append(preempted_req)
+                if preempted_req is request:
+                    break
+            if new_blocks is None:
+                if not running:
+                    # Alone, with every other block free or evictable, it still does not fit:
+                    # upstream would readmit and preempt it forever. Give it up instead.
+                    aborted.append((request.request_id, self._abort_never_fits(request)))
+                break
+            scheduled_running_reqs.append(request)
+            num_scheduled_tokens[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            req_index += 1
+
+        # Next, the WAITING requests, unless this step preempted.
+        if not preempted_reqs:
+            waiting = self.waiting
+            reserve_full_isl = self.config.scheduler_reserve_full_isl
+            while waiting and token_budget > 0:
+                if len(running) >= self.max_num_running_reqs:
+                    break
+                request = waiting.peek_request()
+                new_computed_blocks, num_computed_tokens = kv.get_computed_blocks(request)
+                # num_tokens, not num_prompt_tokens: a resumed request recomputes its outputs
+                num_new_tokens = request.num_tokens - num_computed_tokens
+                if 0 < lptt < num_new_tokens:
+                    num_new_tokens = lptt
+                num_new_tokens = min(num_new_tokens, token_budget)
+                new_blocks = kv.allocate_slots(
+                    request,
+                    num_new_tokens,
+                    num_new_computed_tokens=num_computed_tokens,
+                    new_computed_blocks=new_computed_blocks,
+                    full_sequence_must_fit=reserve_full_isl,
+                    has_scheduled_reqs=bool(running),
+                )
+                if new_blocks is None:
+                    break  # admission stops at the first request that does not fit
+                waiting.pop_request()
+                running.append(request)
+                admitted_reqs.append(request)
+                num_scheduled_tokens[request.request_id] = num_new_tokens
+                token_budget -= num_new_tokens
+                request.status = RequestStatus.RUNNING
+                request.num_computed_tokens = num_computed_tokens
+
+        return self._make_plan(
+            scheduled_running_reqs, admitted_reqs, num_scheduled_tokens, preempted_reqs, aborted
+        )
+
+    def _make_plan(
+        self,
+        scheduled_running_reqs: list[VllmRequest],
+        admitted_reqs: list[VllmRequest],
+        num_scheduled_tokens: dict[str, int],
+        preempted_reqs: list[VllmRequest],
+        aborted: list[tuple[str, str]],
+    ) -> StepPlan:
+        # mirrors Scheduler._update_after_schedule: advance num_computed_tokens optimistically
+        get_block_ids = self.kv_cache_manager.get_block_ids
+        chunks: list[ScheduledChunk] = []
+        for reqs, admitted in ((scheduled_running_reqs, False), (admitted_reqs, True)):
+            for req in reqs:
+                n = num_scheduled_tokens[req.request_id]
+                start = req.num_computed_tokens
+                end = start + n
+                req.num_computed_tokens = end
+                req.is_prefill_chunk = end < len(req.all_token_ids)
+                chunks.append(
+                    ScheduledChunk(
+                        request_id=req.request_id,
+                        token_ids=req.all_token_ids[start:end],
+                        start_pos=start,
+                        page_ids=get_block_ids(req.request_id),
+                        sample=not req.is_prefill_chunk,
+                        admitted=admitted,
+                    )
+                )
+        return StepPlan(
+            step=self.step_count,
+            page_size=self.block_size,
+            chunks=chunks,
+            preempted=[r.request_id for r in preempted_reqs],
+            aborted=aborted,
+            forward_mode="mixed" if chunks else "idle",
+        )
+
+    def _preempt_request(self, request: VllmRequest) -> None:
+        """mirrors scheduler.py: Scheduler._preempt_request (free KV, back to the queue head)."""
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    def _abort_never_fits(self, request: VllmRequest) -> str:
+        self.waiting.remove_requests((request,))
+        request.status = RequestStatus.FINISHED_ABORTED
+        self._free_request(request)
+        return (
+            f"needs more KV blocks than the pool holds ({self.num_usable_blocks} blocks of "
+            f"{self.block_size}) at {request.num_tokens} tokens"
+        )
+
+    # ------------------------------------------------------------------ commit
+    def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
+        """mirrors scheduler.py: Scheduler.update_from_output (append tokens, check stop, free)."""
+        events = StepEvents()
+        sampled = result.sampled_token_ids
+        requests = self.requests
+        stopped: set[VllmRequest] = set()
+        max_model_len = self.max_model_len
+        for chunk in plan.chunks:
+            if not chunk.sample:
+                continue
+            req = requests.get(chunk.request_id)
+            if req is None or req.status.is_finished:
+                continue
+            token_id = sampled[chunk.request_id]
+            req.append_output_token_id(token_id)
+            events.new_token_ids[req.request_id] = [token_id]
+            # mirrors vllm/v1/core/sched/utils.py: check_stop
+            if token_id == req.eos_token_id:
+                req.status = RequestStatus.FINISHED_STOPPED
+            elif (
+                len(req.all_token_ids) >= max_model_len
+                or len(req.all_token_ids) - req.num_prompt_tokens >= req.max_tokens
+            ):
+                req.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            else:
+                continue
+            stopped.add(req)
+            events.finished.append((req.request_id, FINISH_REASONS[req.status]))
+            self._free_request(req)
+        if stopped:
+            self.running = [r for r in self.running if r not in stopped]
+        return events
+
+    def _free_request(self, request: VllmRequest) -> None:
+        # mirrors scheduler.py: Scheduler._free_request / _free_blocks
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> SchedulerStats:
+        pool = self.kv_cache_manager.block_pool
+        bs = self.block_size
+        num_free = pool.get_num_free_blocks()
+        return SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_capacity_tokens=self.num_usable_blocks * bs,
+            kv_used_tokens=(self.num_usable_blocks - num_free) * bs,
+            kv_cached_tokens=pool.num_free_cached_blocks * bs,
+        )

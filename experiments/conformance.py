@@ -211,7 +211,10 @@ def replay(
     }
 
 
-def _step_key(rec: dict[str, Any]) -> tuple[frozenset[tuple[str, int, int]], list[str], frozenset[str]]:
+StepKey = tuple[frozenset[tuple[str, int, int]], list[str], frozenset[str]]
+
+
+def _step_key(rec: dict[str, Any]) -> StepKey:
     sched = frozenset((s["id"], s["n"], s["start"]) for s in rec.get("scheduled", []))
     return sched, list(rec.get("preempted", [])), frozenset(rec.get("finished", []))
 
@@ -240,7 +243,8 @@ class Comparison:
 def read_steps(path: str | Path) -> list[dict[str, Any]]:
     """The step records of a decision log, in order."""
     with _open_text(path) as f:
-        return [rec for line in f if line.strip() and (rec := json.loads(line)).get("type") == "step"]
+        records = (json.loads(line) for line in f if line.strip())
+        return [rec for rec in records if rec.get("type") == "step"]
 
 
 def compare_logs(ref: list[dict[str, Any]], ours: list[dict[str, Any]]) -> Comparison:

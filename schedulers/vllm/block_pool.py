@@ -82,7 +82,7 @@ class BlockPool:
         block.block_hash = None
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
-        """mirrors block_pool.py: BlockPool.touch (a prefix hit takes a free block out of the queue)."""
+        """mirrors block_pool.py: BlockPool.touch (a hit takes a free block out of the queue)."""
         for block in blocks:
             if block.ref_cnt == 0 and not block.is_null:
                 self.free_block_queue.remove(block)

@@ -58,7 +58,7 @@ class VllmSchedulerConfig:
     @classmethod
     def from_capacity(cls, kv_capacity_tokens: int, block_size: int = 16, **kwargs: object
                       ) -> VllmSchedulerConfig:
-        """A config whose usable blocks hold `kv_capacity_tokens` token slots (plus the null block)."""
+        """A config whose usable blocks hold `kv_capacity_tokens` slots (plus the null block)."""
         if kv_capacity_tokens % block_size:
             raise ValueError(
                 f"vllm scheduler: kv_capacity_tokens={kv_capacity_tokens} is not a multiple of "

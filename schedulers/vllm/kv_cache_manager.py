@@ -145,7 +145,7 @@ class KVCacheManager:
         return new_blocks
 
     def free(self, request: VllmRequest) -> None:
-        """mirrors kv_cache_manager.py: KVCacheManager.free (tail blocks first, so evicted first)."""
+        """mirrors kv_cache_manager.py: KVCacheManager.free (tail blocks first: evicted first)."""
         request_id = request.request_id
         blocks = self.req_to_blocks.pop(request_id, None)
         self.req_to_block_ids.pop(request_id, None)

@@ -1,0 +1,60 @@
+"""Cheap consistency checks of the vLLM scheduler's KV bookkeeping (for tests and opt-in runs)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schedulers.vllm.request import RequestStatus
+from schedulers.vllm.scheduler import VllmScheduler
+
+
+class InvariantError(AssertionError):
+    """A scheduler's state broke one of its invariants."""
+
+
+def check_vllm_invariants(sched: VllmScheduler) -> None:
+    """Raise InvariantError when blocks leak, are shared wrongly, or counts disagree.
+
+    - every usable block is either free (ref count 0, in the free queue) or referenced;
+    - a block's ref count equals the number of live block tables holding it (a block is
+      shared only as a cached prefix, so a shared block must carry a hash);
+    - only running requests hold blocks, and a running request's table covers its computed
+      tokens.
+    """
+    kv = sched.kv_cache_manager
+    pool = kv.block_pool
+    free_ids = set(pool.free_block_queue.block_ids())
+    holders: Counter[int] = Counter()
+    for rid, blocks in kv.req_to_blocks.items():
+        req = sched.requests.get(rid)
+        if req is None or req.status != RequestStatus.RUNNING:
+            raise InvariantError(f"request {rid} holds blocks but is not running")
+        if len(blocks) * kv.block_size < req.num_computed_tokens:
+            raise InvariantError(
+                f"request {rid}: {len(blocks)} blocks cannot hold {req.num_computed_tokens} "
+                "computed tokens"
+            )
+        if [b.block_id for b in blocks] != kv.req_to_block_ids[rid]:
+            raise InvariantError(f"request {rid}: block ids out of sync with its blocks")
+        holders.update(b.block_id for b in blocks)
+    for block in pool.blocks[1:]:
+        n = holders.get(block.block_id, 0)
+        if block.ref_cnt != n:
+            raise InvariantError(f"block {block.block_id}: ref_cnt {block.ref_cnt}, held by {n}")
+        if n > 1 and block.block_hash is None:
+            raise InvariantError(f"block {block.block_id} shared by {n} requests without a hash")
+        if (n == 0) != (block.block_id in free_ids):
+            raise InvariantError(f"block {block.block_id}: held by {n}, in free queue "
+                                 f"{block.block_id in free_ids}")
+    if 0 in free_ids or pool.null_block.ref_cnt != 0:
+        raise InvariantError("the null block was handed out")
+    cached_free = sum(1 for i in free_ids if pool.blocks[i].block_hash is not None)
+    if cached_free != pool.num_free_cached_blocks:
+        raise InvariantError(f"{cached_free} cached free blocks, counter says "
+                             f"{pool.num_free_cached_blocks}")
+    for req in sched.running:
+        if req.status != RequestStatus.RUNNING:
+            raise InvariantError(f"{req.request_id} in running with status {req.status.name}")
+    for req in sched.waiting:
+        if req.num_computed_tokens or req.request_id in kv.req_to_blocks:
+            raise InvariantError(f"waiting request {req.request_id} holds KV")

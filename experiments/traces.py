@@ -52,14 +52,14 @@ class TraceRecord:
 
 
 def _positive_int(path: Path, line: int, field: str, raw: object) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    elif isinstance(raw, float) and raw.is_integer():
-        value = int(raw)
-    elif isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():
-        value = int(raw)
-    else:
+    integral = (
+        (isinstance(raw, int) and not isinstance(raw, bool))
+        or (isinstance(raw, float) and raw.is_integer())
+        or (isinstance(raw, str) and raw.strip().lstrip("+-").isdigit())
+    )
+    if not integral:
         raise TraceError(path, line, field, raw, "is not an integer")
+    value = int(raw)  # type: ignore[call-overload]
     if value <= 0:
         raise TraceError(path, line, field, raw, "must be positive")
     return value

@@ -1,0 +1,170 @@
+"""The step loop over a virtual clock (DESIGN.md, "Engine and clock").
+
+Each iteration:
+1. admit every request whose `arrival_time <= clock`: `executor.register(request)`, then
+   `scheduler.add_request(request)`; a non-None return is a rejection reason and the request
+   ends "rejected";
+2. if the scheduler has nothing unfinished, jump the clock to the next arrival (or stop);
+3. `plan = scheduler.schedule()`;
+4. `result = executor.execute(plan)` (an empty plan is not executed: it takes no time);
+5. `clock += result.duration_s`; `events = scheduler.update_from_output(plan, result)`;
+6. record.
+A plan without chunks that aborts or finishes nothing while work is pending jumps the clock to
+the next arrival, or, when none is due, raises `DeadlockError` naming the stuck requests (a
+plan that only preempts is given two more tries). Every `schedule()` is paired with an
+`update_from_output()`, as upstream vLLM does. The loop is O(chunks) per step; the records are
+turned into tables once, at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from engines.executors.base import Executor
+from engines.records import Recorder
+from schedulers.contract import Request, Scheduler, StepResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Consecutive chunk-less plans tolerated when they preempt something (state changed).
+_MAX_EMPTY_PREEMPTING_PLANS = 3
+_SHOW_IDS = 20
+
+
+class DeadlockError(RuntimeError):
+    """Work is pending, nothing can be scheduled, and no arrival is due."""
+
+    def __init__(self, message: str, stuck_ids: list[str]) -> None:
+        super().__init__(message)
+        self.stuck_ids = stuck_ids
+
+
+class StepLimitError(RuntimeError):
+    """The run reached the engine's `max_steps` with work still pending."""
+
+
+@dataclass(slots=True)
+class EngineResult:
+    """What one run produced: the record tables (see `engines.records`) and the clock span."""
+
+    requests: pa.Table
+    steps: pa.Table
+    start_time: float
+    end_time: float
+    num_steps: int
+
+    @property
+    def duration_s(self) -> float:
+        """Virtual seconds from the first arrival to the end of the last step."""
+        return self.end_time - self.start_time
+
+    def requests_df(self) -> pd.DataFrame:
+        return self.requests.to_pandas()
+
+    def steps_df(self) -> pd.DataFrame:
+        return self.steps.to_pandas()
+
+
+def _format_ids(ids: list[str]) -> str:
+    shown = ", ".join(ids[:_SHOW_IDS])
+    return shown + (f", ... ({len(ids)} in all)" if len(ids) > _SHOW_IDS else "")
+
+
+class Engine:
+    """Drives one scheduler and one executor over a list of requests on a virtual clock."""
+
+    def __init__(self, scheduler: Scheduler, executor: Executor, requests: Iterable[Request],
+                 recorder: Recorder | None = None, max_steps: int | None = None) -> None:
+        self.scheduler = scheduler
+        self.executor = executor
+        self.recorder = recorder if recorder is not None else Recorder()
+        self.max_steps = max_steps
+        reqs = list(requests)
+        for r in reqs:
+            if not math.isfinite(r.arrival_time):
+                raise ValueError(
+                    f"engine: request {r.request_id!r} has arrival_time={r.arrival_time!r}")
+            if r.output_token_ids:
+                raise ValueError(
+                    f"engine: request {r.request_id!r} already has "
+                    f"{len(r.output_token_ids)} output tokens (requests are consumed by a run; "
+                    "build fresh ones)")
+        # Stable: equal arrival times keep the given order.
+        self.requests = sorted(reqs, key=lambda r: r.arrival_time)
+        self.recorder.start(self.requests)
+        self.clock = 0.0
+        self._ran = False
+
+    def run(self) -> EngineResult:
+        """Replay every request to completion and return the records."""
+        if self._ran:
+            raise RuntimeError("engine: run() was already called; build a new Engine")
+        self._ran = True
+        sched, executor, rec = self.scheduler, self.executor, self.recorder
+        reqs = self.requests
+        n = len(reqs)
+        nxt = 0
+        stall = 0
+        clock = self.clock
+        start_time = reqs[0].arrival_time if reqs else 0.0
+        while True:
+            while nxt < n and reqs[nxt].arrival_time <= clock:
+                req = reqs[nxt]
+                executor.register(req)
+                reason = sched.add_request(req)
+                if reason is None:
+                    rec.on_admit(nxt)
+                else:
+                    rec.on_reject(nxt, reason, clock)
+                nxt += 1
+            if not sched.has_unfinished():
+                if nxt >= n:
+                    break
+                clock = max(clock, reqs[nxt].arrival_time)
+                continue
+            if self.max_steps is not None and rec.num_steps >= self.max_steps:
+                live = rec.live_ids()
+                raise StepLimitError(
+                    f"engine: max_steps={self.max_steps} reached at t={clock:.6f}s with "
+                    f"{len(live)} request(s) unfinished: {_format_ids(live)}")
+            plan = sched.schedule()
+            # An empty plan is not executed: it takes no time and samples nothing.
+            result = executor.execute(plan) if plan.chunks else StepResult({}, 0.0)
+            start = clock
+            clock += result.duration_s
+            events = sched.update_from_output(plan, result)
+            rec.on_step(plan, result, events, start, clock, sched.stats())
+            if plan.chunks or plan.aborted or events.finished:
+                stall = 0
+                continue
+            stall += 1
+            if plan.preempted and stall < _MAX_EMPTY_PREEMPTING_PLANS:
+                continue
+            if nxt < n:
+                clock = max(clock, reqs[nxt].arrival_time)
+                stall = 0
+                continue
+            live = rec.live_ids()
+            stats = sched.stats()
+            raise DeadlockError(
+                f"engine: deadlock at t={clock:.6f}s: {sched.name} scheduled nothing with "
+                f"{len(live)} request(s) pending and no arrival due "
+                f"(running={stats.num_running}, waiting={stats.num_waiting}, "
+                f"kv_used={stats.kv_used_tokens}/{stats.kv_capacity_tokens} slots); "
+                f"stuck: {_format_ids(live)}",
+                live,
+            )
+        self.clock = clock
+        return EngineResult(
+            requests=rec.requests_table(),
+            steps=rec.steps_table(),
+            start_time=start_time,
+            end_time=max(clock, start_time),
+            num_steps=rec.num_steps,
+        )

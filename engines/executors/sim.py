@@ -1,0 +1,104 @@
+"""The simulated executor: a cost model for time, a deterministic rule for tokens.
+
+Tokens follow shared/oracles/FORMAT.md: the token sampled for request index `i` when its
+sequence holds `p` tokens (prompt plus outputs so far, i.e. `start_pos + len(token_ids)` of a
+chunk with `sample` set) is `3 + (i * 7919 + p * 104729) % 31000`, except that the token which
+brings the request's output to `eos_output_len` is the request's `eos_token_id` ("EOS at the
+request's output length"; never when `eos_token_id` is None). The rule depends only on request
+and position, so a recomputation after preemption samples the same tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engines.cost_model import CostModel, RooflineCostModel
+from engines.executors.specs import HardwareSpec, ModelSpec
+from schedulers.contract import Request, StepPlan, StepResult
+
+_INDEXED_ID = re.compile(r"r(\d+)")
+
+
+def rule_token(index: int, seq_len: int) -> int:
+    """FORMAT.md's token for request index `index` when its sequence holds `seq_len` tokens."""
+    return 3 + (index * 7919 + seq_len * 104729) % 31000
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    index: int
+    prompt_len: int
+    eos_output_len: int
+    eos_token_id: int | None
+
+
+class SimExecutor:
+    """Predicts each step's duration with a cost model and samples rule tokens.
+
+    `cost_model` defaults to `RooflineCostModel(model, hardware, step_overhead_s,
+    flops_efficiency, bandwidth_efficiency)` (see its docstring for the formula).
+    A request's index is `i` for an id `r<i>`, else its registration order.
+    """
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, step_overhead_s: float = 0.0,
+                 flops_efficiency: float = 1.0, bandwidth_efficiency: float = 1.0,
+                 cost_model: CostModel | None = None) -> None:
+        self.model = model
+        self.hardware = hardware
+        self.cost_model: CostModel = cost_model or RooflineCostModel(
+            model, hardware, step_overhead_s=step_overhead_s,
+            flops_efficiency=flops_efficiency, bandwidth_efficiency=bandwidth_efficiency)
+        self._requests: dict[str, _Registered] = {}
+
+    def register(self, request: Request) -> None:
+        """Record the request's index, prompt length, EOS length and EOS token."""
+        rid = request.request_id
+        if rid in self._requests:
+            raise ValueError(f"sim executor: request {rid!r} registered twice")
+        m = _INDEXED_ID.fullmatch(rid)
+        index = int(m.group(1)) if m else len(self._requests)
+        eos_len = request.eos_output_len
+        self._requests[rid] = _Registered(
+            index=index,
+            prompt_len=len(request.prompt_token_ids),
+            eos_output_len=eos_len if eos_len is not None else request.max_tokens,
+            eos_token_id=request.eos_token_id,
+        )
+
+    def token_for(self, request_id: str, seq_len: int) -> int:
+        """The token sampled for `request_id` after a chunk ending at sequence length `seq_len`."""
+        try:
+            r = self._requests[request_id]
+        except KeyError:
+            raise KeyError(f"sim executor: request {request_id!r} was never registered") from None
+        # Sampling after `seq_len` tokens yields output number seq_len - prompt_len + 1.
+        if r.eos_token_id is not None and seq_len - r.prompt_len + 1 == r.eos_output_len:
+            return r.eos_token_id
+        return rule_token(r.index, seq_len)
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        """Sample every chunk with `sample` set; the duration comes from the cost model.
+
+        One pass over the chunks computes both the tokens and the `StepShape` terms.
+        """
+        sampled: dict[str, int] = {}
+        t = a = r = 0
+        regs = self._requests
+        for c in plan.chunks:
+            n = len(c.token_ids)
+            s = c.start_pos
+            e = s + n
+            t += n
+            a += n * s + n * (n + 1) // 2
+            r += e
+            if c.sample:
+                reg = regs.get(c.request_id)
+                if reg is None:
+                    raise KeyError(f"sim executor: request {c.request_id!r} was never "
+                                   "registered")
+                if reg.eos_token_id is not None and e - reg.prompt_len + 1 == reg.eos_output_len:
+                    sampled[c.request_id] = reg.eos_token_id
+                else:
+                    sampled[c.request_id] = 3 + (reg.index * 7919 + e * 104729) % 31000
+        return StepResult(sampled, self.cost_model.seconds(t, a, r))

@@ -1,0 +1,254 @@
+"""Per-request and per-step records of an engine run (DESIGN.md, "Metrics").
+
+`Recorder` keeps plain Python lists indexed by request number while the engine runs and
+builds two Arrow tables at the end (`REQUEST_SCHEMA`, `STEP_SCHEMA`). Everything per step is
+O(chunks in the step). Subclass it to observe steps (call `super()` first).
+
+Request columns:
+    request_id, arrival_time, first_scheduled_time, first_token_time, finish_time (seconds on
+    the virtual clock; NaN when it never happened), finish_reason ("stop", "length", "abort",
+    "rejected", or "" when unfinished), finish_detail (the reason text of an abort or a
+    rejection), prompt_len, max_tokens, eos_output_len, output_len (tokens committed),
+    num_preemptions (plans whose `preempted` named it), victim (num_preemptions > 0),
+    num_computed_tokens (all positions computed, recomputation included),
+    num_recomputed_tokens (positions computed again that this request had computed before),
+    prefix_hit_tokens (start_pos of each admitted chunk: the prefix-cache hit per admission),
+    computed_at_preemption (tokens it had computed when each preemption happened),
+    token_times (the time of every output token).
+Step columns:
+    step, start_time, duration_s, num_scheduled_reqs, num_tokens, num_prefill_tokens,
+    num_decode_tokens, num_decode_reqs, num_preempted, num_aborted, num_finished,
+    kv_used_tokens, kv_cached_tokens, num_running, num_waiting (from `stats()` after the
+    step), forward_mode.
+A chunk is decode when it has one token, samples, and computes the sequence's last position,
+which is an output position (start_pos == seq_len - 1 >= prompt_len); every other token is
+prefill.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from schedulers.contract import Request, SchedulerStats, StepEvents, StepPlan, StepResult
+
+NAN = math.nan
+
+REQUEST_SCHEMA = pa.schema([
+    ("request_id", pa.string()),
+    ("arrival_time", pa.float64()),
+    ("first_scheduled_time", pa.float64()),
+    ("first_token_time", pa.float64()),
+    ("finish_time", pa.float64()),
+    ("finish_reason", pa.string()),
+    ("finish_detail", pa.string()),
+    ("prompt_len", pa.int64()),
+    ("max_tokens", pa.int64()),
+    ("eos_output_len", pa.int64()),
+    ("output_len", pa.int64()),
+    ("num_preemptions", pa.int64()),
+    ("victim", pa.bool_()),
+    ("num_computed_tokens", pa.int64()),
+    ("num_recomputed_tokens", pa.int64()),
+    ("prefix_hit_tokens", pa.list_(pa.int64())),
+    ("computed_at_preemption", pa.list_(pa.int64())),
+    ("token_times", pa.list_(pa.float64())),
+])
+
+STEP_SCHEMA = pa.schema([
+    ("step", pa.int64()),
+    ("start_time", pa.float64()),
+    ("duration_s", pa.float64()),
+    ("num_scheduled_reqs", pa.int64()),
+    ("num_tokens", pa.int64()),
+    ("num_prefill_tokens", pa.int64()),
+    ("num_decode_tokens", pa.int64()),
+    ("num_decode_reqs", pa.int64()),
+    ("num_preempted", pa.int64()),
+    ("num_aborted", pa.int64()),
+    ("num_finished", pa.int64()),
+    ("kv_used_tokens", pa.int64()),
+    ("kv_cached_tokens", pa.int64()),
+    ("num_running", pa.int64()),
+    ("num_waiting", pa.int64()),
+    ("forward_mode", pa.string()),
+])
+
+FINISH_REASONS = ("stop", "length", "abort", "rejected")
+
+
+def _list_column(values: Sequence[array], typ: pa.DataType, np_dtype: type) -> pa.Array:
+    lengths = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise OverflowError("records: a list column holds more than 2**31 values")
+    flat = (np.concatenate([np.frombuffer(v, dtype=np_dtype) for v in values])
+            if values else np.zeros(0, dtype=np_dtype))
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                    pa.array(flat, type=typ.value_type), type=typ)
+
+
+class Recorder:
+    """Collects per-request and per-step records for one engine run."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, int] = {}
+        self._live: dict[int, None] = {}
+        self._step_rows: list[tuple[int | float | str, ...]] = []
+
+    # --- setup -------------------------------------------------------------------------
+    def start(self, requests: Sequence[Request]) -> None:
+        """Allocate one row per request, in the given order (the engine's arrival order)."""
+        n = len(requests)
+        self._ids = [r.request_id for r in requests]
+        self._index = {rid: i for i, rid in enumerate(self._ids)}
+        if len(self._index) != n:
+            dups = sorted(rid for rid, k in Counter(self._ids).items() if k > 1)
+            raise ValueError(f"records: duplicate request ids: {', '.join(dups[:10])}")
+        self._arrival = [float(r.arrival_time) for r in requests]
+        self._prompt_len = [len(r.prompt_token_ids) for r in requests]
+        self._max_tokens = [r.max_tokens for r in requests]
+        self._eos_len = [r.eos_output_len if r.eos_output_len is not None else r.max_tokens
+                         for r in requests]
+        self._first_sched = [NAN] * n
+        self._first_token = [NAN] * n
+        self._finish = [NAN] * n
+        self._reason = [""] * n
+        self._detail = [""] * n
+        self._nout = [0] * n
+        self._npre = [0] * n
+        self._computed = [0] * n
+        self._recomputed = [0] * n
+        self._high = [0] * n  # highest position ever computed, exclusive
+        self._cur = [0] * n  # end of the last chunk computed since (re)admission
+        self._hits = [array("q") for _ in range(n)]
+        self._at_pre = [array("q") for _ in range(n)]
+        self._times = [array("d") for _ in range(n)]
+
+    def index_of(self, request_id: str) -> int:
+        try:
+            return self._index[request_id]
+        except KeyError:
+            raise KeyError(f"records: unknown request id {request_id!r}") from None
+
+    # --- events ------------------------------------------------------------------------
+    def on_admit(self, i: int) -> None:
+        """Request `i` was accepted by the scheduler."""
+        self._live[i] = None
+
+    def on_reject(self, i: int, reason: str, now: float) -> None:
+        """Request `i` was refused by `add_request` with `reason`."""
+        self._end(i, "rejected", reason, now)
+
+    def _end(self, i: int, reason: str, detail: str, now: float) -> None:
+        if self._reason[i]:
+            return  # the first report stands (an abort may be reported by plan and events)
+        self._reason[i] = reason
+        self._detail[i] = detail
+        self._finish[i] = now
+        self._live.pop(i, None)
+
+    def on_step(self, plan: StepPlan, result: StepResult, events: StepEvents,
+                start: float, end: float, stats: SchedulerStats) -> None:
+        """Record one committed step that ran from `start` to `end` on the virtual clock."""
+        index = self._index
+        first_sched, high, cur = self._first_sched, self._high, self._cur
+        prompt_len, nout = self._prompt_len, self._nout
+        computed, recomputed = self._computed, self._recomputed
+        prefill = decode = 0
+        for rid in plan.preempted:
+            i = index[rid]
+            self._npre[i] += 1
+            self._at_pre[i].append(cur[i])
+            cur[i] = 0
+        for c in plan.chunks:
+            i = index[c.request_id]
+            n = len(c.token_ids)
+            s = c.start_pos
+            e = s + n
+            if first_sched[i] != first_sched[i]:  # NaN: first time scheduled
+                first_sched[i] = start
+            if c.admitted:
+                self._hits[i].append(s)
+            hi = high[i]
+            if s < hi:
+                recomputed[i] += (e if e < hi else hi) - s
+            if e > hi:
+                high[i] = e
+            cur[i] = e
+            computed[i] += n
+            if n == 1 and c.sample and s >= prompt_len[i] and s == prompt_len[i] + nout[i] - 1:
+                decode += 1
+            else:
+                prefill += n
+        if events.new_token_ids:
+            first_token, times = self._first_token, self._times
+            for rid, toks in events.new_token_ids.items():
+                k = len(toks)
+                if k:
+                    i = index[rid]
+                    if first_token[i] != first_token[i]:  # NaN: first token
+                        first_token[i] = end
+                    nout[i] += k
+                    if k == 1:
+                        times[i].append(end)
+                    else:
+                        times[i].extend([end] * k)
+        for rid, why in plan.aborted:
+            self._end(index[rid], "abort", why, end)
+        for rid, why in events.finished:
+            self._end(index[rid], why, "", end)
+        self._step_rows.append((
+            len(self._step_rows), start, end - start, len(plan.chunks), prefill + decode,
+            prefill, decode, decode, len(plan.preempted), len(plan.aborted),
+            len(events.finished), stats.kv_used_tokens, stats.kv_cached_tokens,
+            stats.num_running, stats.num_waiting, plan.forward_mode,
+        ))
+
+    # --- queries and output ------------------------------------------------------------
+    def live_ids(self) -> list[str]:
+        """Ids of accepted requests that have not finished, in arrival order."""
+        return [self._ids[i] for i in sorted(self._live)]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self._step_rows)
+
+    def requests_table(self) -> pa.Table:
+        """The per-request records as an Arrow table (`REQUEST_SCHEMA`)."""
+        nout, npre = self._nout, self._npre
+        cols = [
+            pa.array(self._ids, pa.string()),
+            pa.array(self._arrival, pa.float64()),
+            pa.array(self._first_sched, pa.float64()),
+            pa.array(self._first_token, pa.float64()),
+            pa.array(self._finish, pa.float64()),
+            pa.array(self._reason, pa.string()),
+            pa.array(self._detail, pa.string()),
+            pa.array(self._prompt_len, pa.int64()),
+            pa.array(self._max_tokens, pa.int64()),
+            pa.array(self._eos_len, pa.int64()),
+            pa.array(nout, pa.int64()),
+            pa.array(npre, pa.int64()),
+            pa.array([p > 0 for p in npre], pa.bool_()),
+            pa.array(self._computed, pa.int64()),
+            pa.array(self._recomputed, pa.int64()),
+            _list_column(self._hits, pa.list_(pa.int64()), np.int64),
+            _list_column(self._at_pre, pa.list_(pa.int64()), np.int64),
+            _list_column(self._times, pa.list_(pa.float64()), np.float64),
+        ]
+        return pa.Table.from_arrays(cols, schema=REQUEST_SCHEMA)
+
+    def steps_table(self) -> pa.Table:
+        """The per-step records as an Arrow table (`STEP_SCHEMA`)."""
+        cols = list(zip(*self._step_rows, strict=True)) if self._step_rows else \
+            [() for _ in STEP_SCHEMA]
+        return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, STEP_SCHEMA,
+                                                                           strict=True)],
+                                    schema=STEP_SCHEMA)

@@ -1,0 +1,136 @@
+"""Turn config groups (conf/) into objects: scheduler, model, hardware, executor.
+
+Each builder takes the group's mapping (a DictConfig or a plain dict) and names the group,
+field and value in its errors.
+
+Schedulers: `name` picks the implementation and every other field is passed on by its upstream
+name: vllm -> `VllmSchedulerConfig.from_capacity(kv_capacity_tokens, **fields)`, sglang ->
+`SglangSchedulerConfig.from_capacity(kv_capacity_tokens, **fields)`. A config may instead set
+`target: "package.module:factory"`, called as `factory(kv_capacity_tokens, **fields)` (for
+schedulers that live outside the project, and for test doubles).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from engines.executors.base import Executor
+from engines.executors.sim import SimExecutor
+from engines.executors.specs import HardwareSpec, ModelSpec
+from schedulers.contract import Scheduler
+
+T = TypeVar("T")
+EXECUTORS = ("sim",)
+
+
+def as_dict(cfg: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
+    """A plain, resolved dict of a config node."""
+    if cfg is None:
+        return {}
+    if isinstance(cfg, DictConfig):
+        out = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(out, dict)
+        return {str(k): v for k, v in out.items()}
+    return dict(cfg)
+
+
+def construct(cls: Callable[..., T], where: str, fields: Mapping[str, Any],
+              valid: set[str] | None = None) -> T:
+    """`cls(**fields)` after checking the field names against `valid` (default: the
+    dataclass fields of `cls`); unknown names are reported with the valid ones."""
+    if valid is None:
+        assert dataclasses.is_dataclass(cls)
+        valid = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - valid)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; valid: "
+                         f"{', '.join(sorted(valid))}")
+    return cls(**fields)
+
+
+def _import_target(target: str) -> Callable[..., Any]:
+    mod, sep, attr = target.partition(":")
+    if not sep or not mod or not attr:
+        raise ValueError(f"scheduler.target={target!r}: expected 'package.module:factory'")
+    try:
+        obj = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"scheduler.target={target!r}: cannot import ({e})") from e
+    if not callable(obj):
+        raise ValueError(f"scheduler.target={target!r}: not callable")
+    return obj
+
+
+# name -> (module, scheduler class, config class, config field that from_capacity sets)
+_SCHEDULER_CLASSES: dict[str, tuple[str, str, str, str]] = {
+    "sglang": ("schedulers.sglang", "SglangScheduler", "SglangSchedulerConfig",
+               "max_total_tokens"),
+    "vllm": ("schedulers.vllm", "VllmScheduler", "VllmSchedulerConfig", "num_blocks"),
+}
+
+
+def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
+                    kv_capacity_tokens: int) -> Scheduler:
+    """The scheduler named by `cfg_scheduler.name`, holding `kv_capacity_tokens` KV slots.
+
+    Every field but `name` (and `target`) is a field of the scheduler's config dataclass;
+    the capacity field (vllm `num_blocks`, sglang `max_total_tokens`) comes from
+    `kv_capacity_tokens` through the config's `from_capacity`.
+    """
+    fields = as_dict(cfg_scheduler)
+    name = fields.pop("name", None)
+    target = fields.pop("target", None)
+    if target:
+        factory = _import_target(str(target))
+        sched: Scheduler = factory(kv_capacity_tokens, **fields)
+        return sched
+    if name not in _SCHEDULER_CLASSES:
+        raise ValueError(f"scheduler.name={name!r}: unknown; valid: "
+                         f"{', '.join(_SCHEDULER_CLASSES)} "
+                         "(or set scheduler.target='package.module:factory')")
+    module, sched_cls_name, cfg_cls_name, capacity_field = _SCHEDULER_CLASSES[name]
+    try:
+        mod = importlib.import_module(module)
+        sched_cls = getattr(mod, sched_cls_name)
+        cfg_cls = getattr(mod, cfg_cls_name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"scheduler.name={name!r}: {module} is not available ({e})") from e
+    valid = {f.name for f in dataclasses.fields(cfg_cls)} - {capacity_field}
+    config = construct(lambda **kw: cfg_cls.from_capacity(kv_capacity_tokens, **kw),
+                       f"scheduler ({name})", fields, valid)
+    sched = sched_cls(config)
+    return sched
+
+
+def build_model(cfg_model: Mapping[str, Any] | DictConfig) -> ModelSpec:
+    """A `ModelSpec` from the `model` group."""
+    return construct(ModelSpec, "model", as_dict(cfg_model))
+
+
+def build_hardware(cfg_hardware: Mapping[str, Any] | DictConfig) -> HardwareSpec:
+    """A `HardwareSpec` from the `hardware` group (numbers may be written as 989.4e12)."""
+    d = as_dict(cfg_hardware)
+    for k in ("peak_flops", "memory_bandwidth", "host_link_bandwidth", "memory_bytes"):
+        if k in d:
+            try:
+                d[k] = float(d[k])
+            except (TypeError, ValueError):
+                raise ValueError(f"hardware: {k}={d[k]!r}: not a number") from None
+    return construct(HardwareSpec, "hardware", d)
+
+
+def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpec,
+                   hardware: HardwareSpec) -> Executor:
+    """The executor named by `cfg_executor.name` (only "sim" so far)."""
+    d = as_dict(cfg_executor)
+    name = d.pop("name", None)
+    if name == "sim":
+        valid = {"step_overhead_s", "flops_efficiency", "bandwidth_efficiency"}
+        return construct(lambda **kw: SimExecutor(model, hardware, **kw), "executor (sim)", d,
+                         valid)
+    raise ValueError(f"executor.name={name!r}: unknown; valid: {', '.join(EXECUTORS)}")

@@ -1,0 +1,164 @@
+"""A small first-come-first-served scheduler that honours the contract, for engine tests.
+
+Paged KV (a free list of pages), chunked prefill under a token budget, recompute preemption
+of the most recently admitted running request when a page cannot be found, no prefix cache.
+It is a test double, not a model of any upstream scheduler.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from schedulers.contract import (
+    Request,
+    ScheduledChunk,
+    SchedulerStats,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
+
+
+@dataclass
+class _State:
+    req: Request
+    computed: int = 0
+    pages: list[int] = field(default_factory=list)
+
+
+class FcfsScheduler:
+    """FCFS with chunked prefill and recompute preemption."""
+
+    name = "fcfs_double"
+
+    def __init__(self, kv_capacity_tokens: int, page_size: int = 4, max_num_seqs: int = 8,
+                 max_num_batched_tokens: int = 64, reject_oversized: bool = True) -> None:
+        if kv_capacity_tokens % page_size:
+            raise ValueError(f"fcfs_double: kv_capacity_tokens={kv_capacity_tokens} is not a "
+                             f"multiple of page_size={page_size}")
+        self.page_size = page_size
+        self.capacity = kv_capacity_tokens
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.reject_oversized = reject_oversized
+        self.free_pages: deque[int] = deque(range(kv_capacity_tokens // page_size))
+        self.waiting: deque[_State] = deque()
+        self.running: list[_State] = []
+        self.states: dict[str, _State] = {}
+        self.step = 0
+
+    # -- helpers ----------------------------------------------------------------------
+    def _pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    def _grow(self, st: _State, upto: int) -> bool:
+        need = self._pages_for(upto) - len(st.pages)
+        if need > len(self.free_pages):
+            return False
+        st.pages.extend(self.free_pages.popleft() for _ in range(need))
+        return True
+
+    def _release(self, st: _State) -> None:
+        self.free_pages.extend(st.pages)
+        st.pages = []
+        st.computed = 0
+
+    def _chunk(self, st: _State, n: int, admitted: bool) -> ScheduledChunk:
+        r = st.req
+        all_ids = r.prompt_token_ids + r.output_token_ids
+        start = st.computed
+        return ScheduledChunk(r.request_id, all_ids[start:start + n], start, list(st.pages),
+                              sample=start + n == r.num_tokens, admitted=admitted)
+
+    # -- contract ---------------------------------------------------------------------
+    def add_request(self, request: Request) -> str | None:
+        total = request.num_prompt_tokens + request.max_tokens
+        if self.reject_oversized and total > self.capacity:
+            return f"prompt + max_tokens = {total} exceeds the KV capacity {self.capacity}"
+        st = _State(request)
+        self.states[request.request_id] = st
+        self.waiting.append(st)
+        return None
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan(step=self.step, page_size=self.page_size)
+        self.step += 1
+        budget = self.budget
+        i = 0
+        while i < len(self.running) and budget > 0:
+            st = self.running[i]
+            n = min(st.req.num_tokens - st.computed, budget)
+            while not self._grow(st, st.computed + n):
+                victim = self.running.pop()
+                self._release(victim)
+                self.waiting.appendleft(victim)
+                plan.preempted.append(victim.req.request_id)
+                if victim is st:
+                    break
+            else:
+                plan.chunks.append(self._chunk(st, n, admitted=False))
+                budget -= n
+                i += 1
+                continue
+            break
+        if not plan.preempted:
+            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+                st = self.waiting[0]
+                if st.req.num_tokens + 1 > self.capacity:
+                    break  # can never fit: blocks the queue (reject_oversized=False)
+                n = min(st.req.num_tokens, budget)
+                if not self._grow(st, n):
+                    break
+                self.waiting.popleft()
+                self.running.append(st)
+                plan.chunks.append(self._chunk(st, n, admitted=True))
+                budget -= n
+        return plan
+
+    def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
+        events = StepEvents()
+        for c in plan.chunks:
+            st = self.states[c.request_id]
+            st.computed = c.start_pos + len(c.token_ids)
+            if not c.sample:
+                continue
+            r = st.req
+            tok = result.sampled_token_ids[c.request_id]
+            r.output_token_ids.append(tok)
+            events.new_token_ids[r.request_id] = [tok]
+            reason = None
+            if not r.ignore_eos and r.eos_token_id is not None and tok == r.eos_token_id:
+                reason = "stop"
+            elif len(r.output_token_ids) >= r.max_tokens:
+                reason = "length"
+            if reason is not None:
+                events.finished.append((r.request_id, reason))
+                self.running.remove(st)
+                self._release(st)
+                del self.states[r.request_id]
+        return events
+
+    def abort(self, request_id: str, reason: str) -> None:
+        st = self.states.pop(request_id, None)
+        if st is None:
+            return
+        if st in self.running:
+            self.running.remove(st)
+        elif st in self.waiting:
+            self.waiting.remove(st)
+        self._release(st)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def stats(self) -> SchedulerStats:
+        used = (self.capacity // self.page_size - len(self.free_pages)) * self.page_size
+        return SchedulerStats(num_running=len(self.running), num_waiting=len(self.waiting),
+                              kv_capacity_tokens=self.capacity, kv_used_tokens=used,
+                              kv_cached_tokens=0)
+
+
+def make_scheduler(kv_capacity_tokens: int, **fields: object) -> FcfsScheduler:
+    """Factory for `scheduler.target` in Hydra configs (see experiments/build.py)."""
+    return FcfsScheduler(kv_capacity_tokens, **fields)  # type: ignore[arg-type]

@@ -1,0 +1,123 @@
+"""The request-row pool and the token-slot allocator.
+
+Mirrors python/sglang/srt/mem_cache/memory_pool.py (ReqToTokenPool) and
+python/sglang/srt/mem_cache/allocator/{token,paged}.py (TokenToKVPoolAllocator,
+PagedTokenToKVPoolAllocator). Indices here start at 0 where upstream keeps slot, page and row 0
+as padding, so slot addresses fit a KV tensor of exactly `max_total_tokens` entries; the order in
+which ids are handed out and returned is upstream's.
+
+Every allocation of a paged pool is page-aligned, so a request's KV is described by the list of
+its pages (slot of position p = row[p // page_size] * page_size + p % page_size). The allocators
+therefore count in pages; with page_size 1 a page is a slot.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class ReqToTokenPool:
+    """Request rows. `req_to_token[row]` is the list of pages of the request holding the row."""
+
+    __slots__ = ("free_slots", "req_to_token", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free_slots: list[int] = list(range(size))
+        self.req_to_token: list[list[int]] = [[] for _ in range(size)]
+
+    def available_size(self) -> int:
+        return len(self.free_slots)
+
+    def alloc_rows(self, need_size: int) -> list[int] | None:
+        # mirrors memory_pool.py: ReqToTokenPool.alloc_rows (pops from the tail)
+        if need_size > len(self.free_slots):
+            return None
+        if need_size == 0:
+            return []
+        select = self.free_slots[-need_size:]
+        del self.free_slots[-need_size:]
+        for idx in select:
+            self.req_to_token[idx] = []
+        return select
+
+    def free_row(self, idx: int) -> None:
+        # mirrors memory_pool.py: ReqToTokenPool.free_rows
+        self.free_slots.append(idx)
+
+
+class TokenToKVPoolAllocator:
+    """Page-size-1 allocator: takes slots from the head of the free list, returns them to its
+    tail (mirrors allocator/token.py: TokenToKVPoolAllocator with need_sort=False)."""
+
+    __slots__ = ("free_group", "free_pages", "num_pages", "page_size", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.page_size = 1
+        self.num_pages = size
+        self.free_pages: deque[int] = deque(range(size))
+        # None: free right away; a list: hold frees until free_group_end() (base.py)
+        self.free_group: list[int] | None = None
+
+    def available_size(self) -> int:
+        return len(self.free_pages)
+
+    def alloc(self, num_pages: int) -> list[int] | None:
+        # mirrors allocator/token.py: TokenToKVPoolAllocator.alloc
+        fp = self.free_pages
+        if num_pages > len(fp):
+            return None
+        pop = fp.popleft
+        return [pop() for _ in range(num_pages)]
+
+    def free(self, pages: list[int]) -> None:
+        # mirrors allocator/token.py: TokenToKVPoolAllocator.free
+        if not pages:
+            return
+        if self.free_group is not None:
+            self.free_group.extend(pages)
+        else:
+            self.free_pages.extend(pages)
+
+    def free_group_begin(self) -> None:
+        # mirrors allocator/base.py: BaseTokenToKVPoolAllocator.free_group_begin
+        assert self.free_group is None, "free groups cannot be nested"
+        self.free_group = []
+
+    def free_group_end(self) -> None:
+        pending, self.free_group = self.free_group, None
+        if pending:
+            self.free(pending)
+
+
+class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
+    """Paged allocator: takes pages from the head of the free list and puts freed pages back at
+    its head (mirrors allocator/paged.py: PagedTokenToKVPoolAllocator._release_page_ids)."""
+
+    __slots__ = ()
+
+    def __init__(self, size: int, page_size: int) -> None:
+        super().__init__(size // page_size)
+        self.size = size
+        self.page_size = page_size
+        self.num_pages = size // page_size
+
+    def available_size(self) -> int:
+        return len(self.free_pages) * self.page_size
+
+    def free(self, pages: list[int]) -> None:
+        # mirrors allocator/paged.py: free_page_ids / _release_page_ids (prepended, in order)
+        if not pages:
+            return
+        if self.free_group is not None:
+            self.free_group.extend(pages)
+        else:
+            self.free_pages.extendleft(reversed(pages))
+
+
+def make_allocator(size: int, page_size: int) -> TokenToKVPoolAllocator:
+    """The allocator upstream picks for this page size (model_runner: page_size == 1 or not)."""
+    if page_size == 1:
+        return TokenToKVPoolAllocator(size)
+    return PagedTokenToKVPoolAllocator(size, page_size)

@@ -1,0 +1,386 @@
+"""SGLang v0.5.22's scheduling loop behind the project's Scheduler contract.
+
+Mirrors python/sglang/srt/managers/scheduler.py (non-overlap `event_loop_normal`):
+`get_next_batch_to_run`, `_get_new_batch_prefill_raw`, `update_running_batch`,
+`_add_request_to_queue`, `get_num_allocatable_reqs`, `on_idle` (the ratio reset) and the result
+handling of managers/scheduler_components/batch_result_processor.py
+(`process_batch_result_prefill` / `_decode`). `schedule()` is one iteration up to the forward
+pass; `update_from_output()` is its result processing.
+
+One addition: where upstream would spin forever (nothing runs and the head of the queue can
+never fit, even in an empty pool), the head is aborted with a reason and counted
+(`num_stall_aborts`), and admission is retried in the same step.
+"""
+
+from __future__ import annotations
+
+from schedulers.contract import (
+    Request,
+    ScheduledChunk,
+    SchedulerStats,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
+from schedulers.sglang.config import SglangSchedulerConfig
+from schedulers.sglang.kv_cache import KVCache
+from schedulers.sglang.memory_pool import ReqToTokenPool, make_allocator
+from schedulers.sglang.new_token_ratio import NewTokenRatioTracker
+from schedulers.sglang.radix_cache import RadixCache
+from schedulers.sglang.req import Req
+from schedulers.sglang.schedule_batch import ScheduleBatch
+from schedulers.sglang.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
+
+
+class SglangScheduler:
+    """The SGLang scheduler: radix prefix cache, prefill-first batches, decode retraction."""
+
+    name = "sglang"
+
+    def __init__(self, config: SglangSchedulerConfig) -> None:
+        self.config = config
+        self.page_size = config.page_size
+        self.max_running_requests = config.resolved_max_running_requests
+        self.chunked_prefill_size = config.resolved_chunked_prefill_size
+        self.max_prefill_tokens = config.max_prefill_tokens
+        self.enable_priority_preemption = config.enable_priority_preemption
+        self.allocator = make_allocator(config.max_total_tokens, config.page_size)
+        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests)
+        self.tree_cache = RadixCache(config.page_size, self.allocator)
+        self.kv = KVCache(self.tree_cache, self.allocator, self.req_to_token_pool,
+                          config.retract_decode_steps)
+        self.policy = SchedulePolicy(
+            config.schedule_policy, self.tree_cache, config.enable_priority_scheduling,
+            config.schedule_low_priority_values_first, config.random_seed,
+            config.in_batch_prefix_caching_check_threshold,
+            config.in_batch_prefix_caching_deprioritize_threshold,
+            config.enable_waiting_prefix_refresh)
+        self.new_token_ratio_tracker = NewTokenRatioTracker.from_config(
+            config.schedule_conservativeness, config.init_new_token_ratio,
+            config.min_new_token_ratio_factor, config.new_token_ratio_decay_steps,
+            config.retract_decode_steps)
+        self.waiting_queue: list[Req] = []
+        self.running_batch = ScheduleBatch([], self.kv)
+        self.last_batch: ScheduleBatch | None = None
+        self.chunked_req: Req | None = None
+        self._live: dict[str, Req] = {}
+        self._cur_batch: ScheduleBatch | None = None
+        self._step = 0
+        self._queue_clock = 0
+        self._stall_candidate: Req | None = None
+        self._plan_preempted: list[str] = []
+        self._plan_aborted: list[tuple[str, str]] = []
+        # counters for experiments
+        self.num_retractions = 0
+        self.num_priority_preemptions = 0
+        self.num_stall_aborts = 0
+        self.num_oom_aborts = 0
+
+    # ------------------------------------------------------------------ contract: intake
+    def add_request(self, request: Request) -> str | None:
+        rid = request.request_id
+        if rid in self._live:
+            return f"request id {rid!r} is already queued or running"
+        prompt_len = len(request.prompt_token_ids)
+        if prompt_len == 0:
+            return "empty prompt"
+        if request.max_tokens < 1:
+            return f"max_tokens={request.max_tokens}: must be at least 1"
+        # mirrors managers/utils.py: validate_input_length
+        limit = self.config.max_req_input_len
+        if prompt_len >= limit:
+            return (f"Input length ({prompt_len} tokens) exceeds the maximum allowed length "
+                    f"({limit} tokens).")
+        req = Req(request)
+        self._live[rid] = req
+        self._add_request_to_queue(req)
+        return None
+
+    def _add_request_to_queue(self, req: Req) -> None:
+        # mirrors scheduler.py: Scheduler._add_request_to_queue (tail; stamps the entry time)
+        self.waiting_queue.append(req)
+        self._queue_clock += 1
+        req.wait_queue_entry_time = self._queue_clock
+
+    def get_num_allocatable_reqs(self, running_bs: int) -> int:
+        # mirrors scheduler.py: Scheduler.get_num_allocatable_reqs (pp budget = max running)
+        return min(self.max_running_requests - running_bs,
+                   self.req_to_token_pool.available_size())
+
+    # ------------------------------------------------------------------ contract: schedule
+    def schedule(self) -> StepPlan:
+        self._plan_preempted = []
+        self._plan_aborted = []
+        batch = self.get_next_batch_to_run()
+        if batch is None:
+            if self.is_fully_idle():
+                # mirrors scheduler.py: Scheduler.on_idle (reset only when fully idle)
+                self.new_token_ratio_tracker.reset()
+            else:
+                batch = self._abort_stalled_heads()
+        self.last_batch = batch
+        self._cur_batch = batch
+        plan = StepPlan(step=self._step, page_size=self.page_size,
+                        preempted=self._plan_preempted, aborted=self._plan_aborted)
+        self._step += 1
+        if batch is None:
+            plan.forward_mode = "idle"
+            return plan
+        plan.forward_mode = batch.forward_mode
+        rows = self.req_to_token_pool.req_to_token
+        chunks = plan.chunks
+        if batch.forward_mode == "extend":
+            for r in batch.reqs:
+                assert r.extend_end is not None and r.req_pool_idx is not None
+                chunks.append(ScheduledChunk(
+                    r.rid, r.fill_ids[r.prefix_len:r.extend_end], r.prefix_len,
+                    rows[r.req_pool_idx], r.inflight_middle_chunks == 0, r.admitted))
+                r.admitted = False
+        else:
+            for r in batch.reqs:
+                chunks.append(ScheduledChunk(
+                    r.rid, [r.output_ids[-1]], r.kv_committed_len - 1,
+                    rows[r.req_pool_idx], True))  # type: ignore[index]
+        return plan
+
+    def is_fully_idle(self) -> bool:
+        # mirrors scheduler.py: Scheduler.is_fully_idle
+        lb = self.last_batch
+        return (self.running_batch.is_empty() and self.chunked_req is None
+                and (lb is None or lb.is_empty()) and not self.waiting_queue)
+
+    def get_next_batch_to_run(self) -> ScheduleBatch | None:
+        # mirrors scheduler.py: Scheduler.get_next_batch_to_run
+        reqs_to_exclude: list[Req] = []
+        chunked = self.chunked_req
+        if chunked is not None:
+            # move the chunked request out of the batch so that only finished prefills merge
+            reqs_to_exclude.append(chunked)
+            assert chunked.extend_end is not None
+            if chunked.extend_end > chunked.prefix_len:
+                self.kv.checkpoint_kv_cache(chunked)  # stash_chunked_request
+        lb = self.last_batch
+        if lb is not None and lb.forward_mode == "extend":
+            if lb.chunked_req is not None and lb.chunked_req not in reqs_to_exclude:
+                reqs_to_exclude.append(lb.chunked_req)
+            last_bs = lb.batch_size()
+            lb.filter_batch(reqs_to_exclude=reqs_to_exclude)
+            if lb.batch_size() < last_bs:
+                self.running_batch.batch_is_full = False
+            if not lb.is_empty() and lb is not self.running_batch:
+                if self.running_batch.is_empty():
+                    self.running_batch = lb
+                else:
+                    self.running_batch.merge_batch(lb)
+        new_batch = self.get_new_batch_prefill()
+        if new_batch is not None:
+            return new_batch  # run prefill first if possible
+        if not self.running_batch.is_empty():
+            decode_batch = self.update_running_batch(self.running_batch)
+            if decode_batch is not None and not decode_batch.is_empty():
+                return decode_batch
+        return None
+
+    def get_new_batch_prefill(self) -> ScheduleBatch | None:
+        # mirrors scheduler.py: Scheduler._get_new_batch_prefill_raw (no grammar, LoRA,
+        # hicache, mixed chunk, delayer)
+        self._stall_candidate = None
+        rb = self.running_batch
+        if self.enable_priority_preemption:
+            rb.batch_is_full = False  # reset to try preemption with a prefill adder
+        if rb.is_empty():
+            rb.batch_is_full = False
+        if (rb.batch_is_full or not self.waiting_queue) and self.chunked_req is None:
+            return None
+        running_bs = len(rb.reqs)
+        if (self.get_num_allocatable_reqs(running_bs) <= 0 and self.chunked_req is None
+                and not self.enable_priority_preemption):
+            rb.batch_is_full = True
+            return None
+        self.policy.calc_priority(self.waiting_queue)
+        adder = PrefillAdder(
+            self.page_size, self.kv, rb, self.new_token_ratio_tracker.current,
+            self.max_prefill_tokens, self.chunked_prefill_size,
+            self.config.priority_scheduling_preemption_threshold,
+            self.config.schedule_low_priority_values_first,
+            self.config.clip_max_new_tokens_estimation, self.config.prefill_max_requests)
+        if self.chunked_req is not None:
+            self.chunked_req.init_next_round_input()
+            self.chunked_req = adder.add_chunked_req(self.chunked_req)
+        for req in self.waiting_queue:
+            if len(adder.can_run_list) >= self.get_num_allocatable_reqs(len(rb.reqs)):
+                rb.batch_is_full = True
+            if rb.batch_is_full and (
+                not self.enable_priority_preemption or not adder.preempt_to_schedule(req)
+            ):
+                break
+            req.init_next_round_input(self.tree_cache)
+            res = adder.add_one_req(req)
+            if res != AddReqResult.CONTINUE:
+                if res == AddReqResult.NO_TOKEN:
+                    # set batch_is_full after making sure there are requests that can be served
+                    rb.batch_is_full = len(adder.can_run_list) > 0 or not rb.is_empty()
+                    if (not adder.can_run_list and rb.is_empty()
+                            and self.chunked_req is None):
+                        self._stall_candidate = req
+                break
+        can_run_list = adder.can_run_list
+        if adder.preempt_list:
+            self.num_priority_preemptions += len(adder.preempt_list)
+            self._plan_preempted.extend(r.rid for r in adder.preempt_list)
+        if not can_run_list:
+            # preemption already released these requests; requeue them anyway
+            for r in adder.preempt_list:
+                self._add_request_to_queue(r)
+            return None
+        can_run_set = set(can_run_list)
+        self.waiting_queue = [x for x in self.waiting_queue if x not in can_run_set]
+        for r in adder.preempt_list:
+            self._add_request_to_queue(r)
+        if adder.new_chunked_req is not None:
+            assert self.chunked_req is None
+            self.chunked_req = adder.new_chunked_req
+        if self.chunked_req is not None:
+            self.chunked_req.inflight_middle_chunks += 1
+        new_batch = ScheduleBatch(can_run_list, self.kv, chunked_req=self.chunked_req)
+        new_batch.prepare_for_extend()
+        return new_batch
+
+    def update_running_batch(self, batch: ScheduleBatch) -> ScheduleBatch | None:
+        # mirrors scheduler.py: Scheduler.update_running_batch (non-overlap: nothing finishes
+        # in flight)
+        initial_bs = batch.batch_size()
+        batch.filter_batch()
+        if batch.is_empty():
+            batch.batch_is_full = False
+            return batch
+        if not batch.check_decode_mem():
+            retracted, new_token_ratio, reqs_to_abort = batch.retract_decode(
+                self.new_token_ratio_tracker, self.config.retraction_policy,
+                self.config.schedule_low_priority_values_first)
+            self.new_token_ratio_tracker.current = new_token_ratio
+            for r in reqs_to_abort:
+                self._finish_aborted(r, r.to_finish or "aborted")
+                self.num_oom_aborts += 1
+            for r in retracted:
+                self._plan_preempted.append(r.rid)
+                self._add_request_to_queue(r)
+            self.num_retractions += len(retracted)
+        else:
+            self.new_token_ratio_tracker.decay_step()
+        if batch.batch_size() < initial_bs:
+            batch.batch_is_full = False
+        if batch.is_empty():
+            return batch
+        batch.prepare_for_decode()
+        return batch
+
+    def _abort_stalled_heads(self) -> ScheduleBatch | None:
+        """Nothing runs and the queue head got NO_TOKEN: it cannot fit even in an empty pool,
+        and upstream would retry it forever. Abort it and retry admission."""
+        batch = None
+        while batch is None and self._stall_candidate is not None:
+            req = self._stall_candidate
+            self._stall_candidate = None
+            need = len(req.fill_ids) - req.prefix_len + min(
+                max(req.max_new_tokens - len(req.output_ids), 0),
+                self.config.clip_max_new_tokens_estimation) + self.page_size
+            reason = (
+                f"cannot be scheduled: its prompt and reserved output need {need} token slots "
+                f"beyond its cached prefix of {req.prefix_len}, and the KV pool holds "
+                f"{self.config.kv_capacity_tokens}; SGLang would keep it waiting forever")
+            self.waiting_queue.remove(req)
+            self._finish_aborted(req, reason)
+            self.num_stall_aborts += 1
+            batch = self.get_new_batch_prefill()
+        return batch
+
+    def _finish_aborted(self, req: Req, reason: str) -> None:
+        req.finished_reason = "abort"
+        req.to_finish = reason
+        self._plan_aborted.append((req.rid, reason))
+        self._live.pop(req.rid, None)
+
+    # ------------------------------------------------------------------ contract: commit
+    def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
+        # mirrors batch_result_processor.py: process_batch_result_prefill / _decode
+        events = StepEvents()
+        batch = self._cur_batch
+        self._cur_batch = None
+        if batch is None:
+            return events
+        sampled = result.sampled_token_ids
+        new_token_ids = events.new_token_ids
+        finished = events.finished
+        kv = self.kv
+        self.allocator.free_group_begin()
+        try:
+            if batch.forward_mode == "extend":
+                for req in batch.reqs:
+                    if (req.finished() and req.inflight_middle_chunks <= 0) or req.is_retracted:
+                        continue
+                    if req.inflight_middle_chunks > 0:
+                        req.inflight_middle_chunks -= 1  # a middle chunk: no token
+                        continue
+                    tok = self._sampled(sampled, req)
+                    req.output_ids.append(tok)
+                    new_token_ids[req.rid] = [tok]
+                    req.update_finish_state()
+                    if req.finished_reason is not None:
+                        kv.release_kv_cache(req, checkpoint=True)
+                        finished.append((req.rid, req.finished_reason))
+                        self._live.pop(req.rid, None)
+                    else:
+                        kv.checkpoint_kv_cache(req)
+            else:
+                for req in batch.reqs:
+                    if req.finished_reason is not None:
+                        continue
+                    tok = self._sampled(sampled, req)
+                    req.output_ids.append(tok)
+                    new_token_ids[req.rid] = [tok]
+                    req.update_finish_state()
+                    if req.finished_reason is not None:
+                        kv.release_kv_cache(req, checkpoint=True)
+                        finished.append((req.rid, req.finished_reason))
+                        self._live.pop(req.rid, None)
+        finally:
+            self.allocator.free_group_end()
+        return events
+
+    @staticmethod
+    def _sampled(sampled: dict[str, int], req: Req) -> int:
+        try:
+            return sampled[req.rid]
+        except KeyError:
+            raise KeyError(f"StepResult has no sampled token for {req.rid!r}, whose chunk "
+                           "had sample=True") from None
+
+    # ------------------------------------------------------------------ contract: misc
+    def abort(self, request_id: str, reason: str) -> None:
+        req = self._live.pop(request_id, None)
+        if req is None:
+            return
+        if req in self.waiting_queue:
+            self.waiting_queue.remove(req)
+        else:
+            if req is self.chunked_req:
+                self.chunked_req = None
+            # mirrors scheduler.py: process_pending_chunked_abort / the running-batch abort
+            # (KV released; the batches drop the finished request when they next filter)
+            self.kv.release_kv_cache(req, checkpoint=False)
+        req.finished_reason = "abort"
+        req.to_finish = reason
+
+    def has_unfinished(self) -> bool:
+        return bool(self._live)
+
+    def stats(self) -> SchedulerStats:
+        capacity = self.config.kv_capacity_tokens
+        return SchedulerStats(
+            num_running=sum(1 for r in self._live.values() if r.req_pool_idx is not None),
+            num_waiting=len(self.waiting_queue),
+            kv_capacity_tokens=capacity,
+            kv_used_tokens=capacity - self.allocator.available_size(),
+            kv_cached_tokens=self.tree_cache.evictable_size() + self.tree_cache.protected_size(),
+        )

@@ -1,0 +1,175 @@
+"""The real executor: runs a `StepPlan` through the paged decoder and samples greedily.
+
+Per step: gather every chunk's tokens, positions and slots (slot = page_id * page_size +
+offset, from the chunk's `page_ids`), write the new tokens' keys and values to those slots
+layer by layer, attend over each request's whole sequence with the configured kernel, compute
+logits only for the last token of chunks with `sample` set, and take the argmax. The step's
+duration is measured: CUDA events on a GPU, `time.perf_counter` (monotonic) on a CPU, from
+the start of `execute` until the sampled tokens are on the host.
+
+The executor keeps no per-request state besides the KV cache: whatever the scheduler does
+(chunking, prefix hits, preemption and recompute), the plan says which slots hold what.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engines.model import PagedDecoder, PagedKVCache
+from kernels import AttentionBackend, build_metadata, get_attention_backend, resolve_kernel
+from schedulers.contract import Request, StepPlan, StepResult
+
+# Initial slots of a growable cache (CPU default, when no `num_slots` is given).
+_GROWABLE_START_SLOTS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RealExecutorConfig:
+    """What `executor=real` needs: the checkpoint folder and how to run it.
+
+    `kernel`: auto | torch | triton | flash_attn. `dtype`: None means float32 on a CPU and
+    bfloat16 on a GPU. `device`: None means the GPU when there is one. `num_slots`: KV slots
+    to allocate (at least the scheduler's pool: vLLM `num_blocks * block_size`, SGLang
+    `max_total_tokens`); None grows the cache on demand.
+    """
+
+    model_path: str
+    kernel: str = "auto"
+    dtype: str | None = None
+    device: str | None = None
+    num_slots: int | None = None
+
+
+@dataclass(slots=True)
+class StepInputs:
+    """A plan flattened for the model (host-side lists)."""
+
+    input_ids: list[int]
+    query_lens: list[int]
+    seq_lens: list[int]
+    page_tables: list[list[int]]
+    sample_rows: list[int]
+    sample_ids: list[str]
+    max_slot: int
+
+
+def flatten_plan(plan: StepPlan) -> StepInputs:
+    """Turn a plan's chunks into the model's inputs.
+
+    Raises ValueError naming the request when a chunk is empty or its pages do not cover the
+    positions it computes.
+    """
+    ps = plan.page_size
+    input_ids: list[int] = []
+    query_lens: list[int] = []
+    seq_lens: list[int] = []
+    tables: list[list[int]] = []
+    sample_rows: list[int] = []
+    sample_ids: list[str] = []
+    max_page = -1
+    rows = 0
+    for c in plan.chunks:
+        n = len(c.token_ids)
+        start = c.start_pos
+        end = start + n
+        need = -(-end // ps)
+        pages = c.page_ids
+        if n == 0 or start < 0 or len(pages) < need:
+            _bad_chunk(plan, c.request_id, n, start, len(pages))
+        if len(pages) > need:
+            pages = pages[:need]
+        input_ids += c.token_ids
+        query_lens.append(n)
+        seq_lens.append(end)
+        tables.append(pages)
+        top = max(pages)
+        if top > max_page:
+            max_page = top
+        rows += n
+        if c.sample:
+            sample_rows.append(rows - 1)
+            sample_ids.append(c.request_id)
+    return StepInputs(input_ids, query_lens, seq_lens, tables, sample_rows, sample_ids,
+                      (max_page + 1) * ps - 1)
+
+
+def _bad_chunk(plan: StepPlan, rid: str, n: int, start: int, num_pages: int) -> None:
+    if n == 0 or start < 0:
+        raise ValueError(f"real executor: step {plan.step}: request {rid!r} has {n} tokens at "
+                         f"start_pos={start}")
+    ps = plan.page_size
+    raise ValueError(
+        f"real executor: step {plan.step}: request {rid!r} computes positions {start}.."
+        f"{start + n - 1} but its {num_pages} page(s) of {ps} slots cover {num_pages * ps} "
+        "positions")
+
+
+class RealExecutor:
+    """Implements `engines.executors.base.Executor` with the paged decoder."""
+
+    def __init__(self, model: PagedDecoder, kernel: str = "auto",
+                 num_slots: int | None = None) -> None:
+        self.model = model
+        self.kernel = kernel
+        resolve_kernel(kernel, model.device)  # fail early on an unknown choice
+        growable = num_slots is None
+        self.kv_cache: PagedKVCache = model.new_kv_cache(
+            num_slots if num_slots is not None else _GROWABLE_START_SLOTS, growable=growable)
+        self._backends: dict[int, AttentionBackend] = {}
+        self._vocab = model.config.vocab_size
+        self._cuda = model.device.type == "cuda"
+
+    @classmethod
+    def from_config(cls, cfg: RealExecutorConfig) -> RealExecutor:
+        """Load the checkpoint of `cfg.model_path` and build the executor."""
+        model = PagedDecoder.from_pretrained(Path(cfg.model_path), dtype=cfg.dtype,
+                                             device=cfg.device)
+        return cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots)
+
+    def backend(self, page_size: int) -> AttentionBackend:
+        """The attention backend for plans of `page_size` (resolved once per page size)."""
+        b = self._backends.get(page_size)
+        if b is None:
+            b = get_attention_backend(self.kernel, self.model.device, page_size)
+            self._backends[page_size] = b
+        return b
+
+    def register(self, request: Request) -> None:
+        """Check that the prompt's token ids are in the model's vocabulary."""
+        bad = [t for t in request.prompt_token_ids if not 0 <= t < self._vocab]
+        if bad:
+            raise ValueError(f"real executor: request {request.request_id!r}: token id "
+                             f"{bad[0]} is outside the vocabulary (vocab_size={self._vocab})")
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        """Compute the plan's chunks; sample greedily where `sample` is set; time the step."""
+        if not plan.chunks:
+            return StepResult({}, 0.0)
+        start_event = end_event = None
+        if self._cuda:
+            start_event = torch.cuda.Event(enable_timing=True)
+            end_event = torch.cuda.Event(enable_timing=True)
+            start_event.record()
+        t0 = time.perf_counter()
+        inp = flatten_plan(plan)
+        self.kv_cache.ensure_slots(inp.max_slot + 1)
+        dev = self.model.device
+        meta = build_metadata(inp.query_lens, inp.seq_lens, inp.page_tables, plan.page_size,
+                              dev)
+        input_ids = torch.tensor(inp.input_ids, dtype=torch.long).to(dev, non_blocking=True)
+        rows = torch.tensor(inp.sample_rows, dtype=torch.long).to(dev, non_blocking=True)
+        with torch.inference_mode():
+            logits = self.model.forward(input_ids, meta, self.kv_cache,
+                                        self.backend(plan.page_size), rows)
+            tokens = logits.argmax(dim=-1).tolist() if inp.sample_rows else []
+        if start_event is not None and end_event is not None:
+            end_event.record()
+            end_event.synchronize()
+            duration = start_event.elapsed_time(end_event) / 1000.0
+        else:
+            duration = time.perf_counter() - t0
+        return StepResult(dict(zip(inp.sample_ids, tokens, strict=True)), duration)

@@ -1,0 +1,236 @@
+"""The real executor: greedy tokens equal `transformers`' `generate()` whatever the scheduler
+does (chunked prefill, prefix hits, preemption / retraction and recompute), for both
+schedulers and the torch and Triton kernels; KV recomputed is bit-identical to the original;
+a prefix hit reuses another request's KV; malformed plans fail naming the request.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+from engines.executors.base import Executor
+from engines.executors.real import RealExecutor, RealExecutorConfig
+from engines.model import PagedDecoder
+from engines.model.tiny import save_tiny_checkpoint, tiny_hf_model
+from schedulers.contract import Request, ScheduledChunk, Scheduler, StepPlan, StepResult
+
+SEED = 0
+NUM_REQUESTS = 10
+# The parity runs use the GPU when there is one (Triton compiled), else the CPU (interpreted);
+# both in float32. The other tests run on the CPU.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+KV_CAPACITY = 96  # token slots: a few requests at a time, so some are evicted and recomputed
+
+
+def _sglang_available() -> bool:
+    try:
+        from schedulers.sglang import SglangScheduler  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_scheduler(name: str) -> Scheduler:
+    if name == "vllm":
+        from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
+
+        return VllmScheduler(VllmSchedulerConfig.from_capacity(
+            KV_CAPACITY, block_size=16, max_num_seqs=8, max_num_batched_tokens=16))
+    if not _sglang_available():
+        pytest.skip("schedulers.sglang has no SglangScheduler yet")
+    from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
+
+    # A low conservativeness and a fast ratio decay admit optimistically: decode retracts.
+    return SglangScheduler(SglangSchedulerConfig.from_capacity(
+        KV_CAPACITY, page_size=1, chunked_prefill_size=16, schedule_conservativeness=0.05,
+        new_token_ratio_decay_steps=4, min_new_token_ratio_factor=0.05))
+
+
+def workload() -> list[tuple[list[int], int]]:
+    """(prompt, output length): two groups sharing a 10-20 token prefix, short suffixes."""
+    rng = random.Random(SEED)
+    prefixes = [[rng.randrange(3, 256) for _ in range(rng.randint(10, 20))] for _ in range(2)]
+    return [(prefixes[i % 2] + [rng.randrange(3, 256) for _ in range(rng.randint(2, 12))],
+             rng.randint(24, 48)) for i in range(NUM_REQUESTS)]
+
+
+def requests() -> list[Request]:
+    # No EOS: every request runs to max_tokens, as generate() with eos_token_id=None does.
+    return [Request(f"r{i}", p, max_tokens=n, eos_token_id=None)
+            for i, (p, n) in enumerate(workload())]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "llama", "llama", seed=SEED)
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint: Path) -> PagedDecoder:
+    return PagedDecoder.from_pretrained(checkpoint, dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def parity_model(checkpoint: Path, model: PagedDecoder) -> PagedDecoder:
+    if DEVICE == "cpu":
+        return model
+    return PagedDecoder.from_pretrained(checkpoint, dtype="float32", device=DEVICE)
+
+
+@pytest.fixture(scope="module")
+def expected() -> list[list[int]]:
+    """transformers' own greedy generate(), one prompt at a time."""
+    hf = tiny_hf_model("llama", seed=SEED)
+    out = []
+    with torch.no_grad():
+        for prompt, n in workload():
+            ids = hf.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+            out.append(ids[0, len(prompt):].tolist())
+    return out
+
+
+@dataclass
+class Trace:
+    """What a run did, to check that it exercised chunking, prefix hits and recompute."""
+
+    plans: list[StepPlan] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+
+    def victims(self) -> set[str]:
+        return {r for p in self.plans for r in p.preempted}
+
+    def prefix_hits(self) -> int:
+        return sum(1 for p in self.plans for c in p.chunks if c.admitted and c.start_pos > 0)
+
+    def chunked_prefills(self) -> int:
+        return sum(1 for p in self.plans for c in p.chunks if not c.sample)
+
+    def recomputed(self) -> set[str]:
+        """Requests that computed a position a second time."""
+        seen: dict[str, int] = {}
+        again = set()
+        for p in self.plans:
+            for c in p.chunks:
+                if c.start_pos < seen.get(c.request_id, 0):
+                    again.add(c.request_id)
+                seen[c.request_id] = max(seen.get(c.request_id, 0),
+                                         c.start_pos + len(c.token_ids))
+        return again
+
+
+def drive(sched: Scheduler, executor: Executor, reqs: list[Request],
+          max_steps: int = 5000) -> Trace:
+    """The engine's loop with every request arriving at t=0 (register, add, then schedule /
+    execute / update until done); a plan without chunks is committed without executing."""
+    trace = Trace()
+    for r in reqs:
+        executor.register(r)
+        assert sched.add_request(r) is None
+    while sched.has_unfinished():
+        assert len(trace.plans) < max_steps, "scheduler did not finish"
+        plan = sched.schedule()
+        result = executor.execute(plan) if plan.chunks else StepResult({}, 0.0)
+        sched.update_from_output(plan, result)
+        trace.plans.append(plan)
+        trace.durations.append(result.duration_s)
+    return trace
+
+
+@pytest.mark.parametrize("kernel", ["torch", "triton"])
+@pytest.mark.parametrize("scheduler", ["vllm", "sglang"])
+def test_tokens_equal_transformers_generate(parity_model: PagedDecoder,
+                                            expected: list[list[int]], scheduler: str,
+                                            kernel: str) -> None:
+    sched = make_scheduler(scheduler)
+    reqs = requests()
+    trace = drive(sched, RealExecutor(parity_model, kernel=kernel), reqs)
+    # The run exercised what it is meant to: chunked prompts, prefix hits, several
+    # requests evicted (preempted / retracted) and recomputed.
+    assert trace.chunked_prefills() >= 3
+    assert trace.prefix_hits() >= 5
+    assert len(trace.victims()) >= 3
+    assert trace.victims() <= trace.recomputed()
+    assert all(d > 0 for p, d in zip(trace.plans, trace.durations, strict=True) if p.chunks)
+    for r, want in zip(reqs, expected, strict=True):
+        assert r.output_token_ids == want, f"{r.request_id} differs from generate()"
+
+
+def test_engine_clock_advances_by_measured_durations(model: PagedDecoder,
+                                                     expected: list[list[int]]) -> None:
+    from engines.engine import Engine
+
+    reqs = requests()[:4]
+    result = Engine(make_scheduler("vllm"), RealExecutor(model, kernel="torch"), reqs).run()
+    steps = result.steps.to_pydict()
+    assert all(d > 0 for d, n in zip(steps["duration_s"], steps["num_tokens"], strict=True)
+               if n)
+    assert result.end_time == pytest.approx(sum(steps["duration_s"]))
+    for r, want in zip(reqs, expected[:4], strict=True):
+        assert r.output_token_ids == want
+
+
+def _chunk(rid: str, tokens: list[int], start: int, pages: list[int], sample: bool = True
+           ) -> ScheduledChunk:
+    return ScheduledChunk(rid, tokens, start, pages, sample)
+
+
+@pytest.mark.parametrize("kernel", ["torch"] + ([] if DEVICE == "cuda" else ["triton"]))
+def test_recomputed_kv_is_bit_identical(model: PagedDecoder, kernel: str) -> None:
+    """A prompt computed alone in one chunk, then again in two chunks beside another request
+    into other pages: every layer's keys and values are the same bits."""
+    ex = RealExecutor(model, kernel=kernel, num_slots=256)
+    a, b = list(range(10, 50)), list(range(60, 75))
+    ex.execute(StepPlan(0, 16, [_chunk("a", a, 0, [0, 1, 2])]))
+    first = [kv[:, :40].clone() for kv in ex.kv_cache.kv]
+    ex.execute(StepPlan(1, 16, [_chunk("b", b, 0, [9]), _chunk("a", a[:17], 0, [5, 6, 7], False)]))
+    ex.execute(StepPlan(2, 16, [_chunk("a", a[17:], 17, [5, 6, 7]), _chunk("b", [3], 15, [9])]))
+    for layer, kv in enumerate(ex.kv_cache.kv):
+        assert torch.equal(kv[:, 80:120], first[layer]), f"layer {layer}"
+
+
+def test_prefix_hit_reuses_another_requests_kv(model: PagedDecoder) -> None:
+    """b shares a's first page and computes only its own suffix: same token as computing
+    its whole prompt from scratch."""
+    prefix, tail = list(range(20, 36)), [7, 8, 9]
+    ex = RealExecutor(model, kernel="torch", num_slots=128)
+    ex.execute(StepPlan(0, 16, [_chunk("a", [*prefix, 1, 2], 0, [3, 4])]))
+    hit = ex.execute(StepPlan(1, 16, [_chunk("b", tail, 16, [3, 6])]))
+    fresh = RealExecutor(model, kernel="torch", num_slots=128).execute(
+        StepPlan(0, 16, [_chunk("b", prefix + tail, 0, [0, 1])]))
+    assert hit.sampled_token_ids == fresh.sampled_token_ids
+
+
+def test_only_sampled_chunks_get_tokens(model: PagedDecoder) -> None:
+    ex = RealExecutor(model, kernel="torch")
+    res = ex.execute(StepPlan(0, 1, [_chunk("a", [5, 6, 7], 0, [10, 11, 12], False),
+                                     _chunk("b", [8], 0, [40])]))
+    assert set(res.sampled_token_ids) == {"b"} and res.duration_s > 0
+    assert ex.kv_cache.num_slots >= 41  # grew on demand
+    assert ex.execute(StepPlan(1, 1, [])) == StepResult({}, 0.0)
+
+
+def test_malformed_plans_fail_naming_the_request(model: PagedDecoder) -> None:
+    ex = RealExecutor(model, kernel="torch", num_slots=64)
+    with pytest.raises(ValueError, match=r"request 'x' computes positions 0..16 but its 1 "
+                                         r"page\(s\) of 16 slots cover 16 positions"):
+        ex.execute(StepPlan(0, 16, [_chunk("x", list(range(17)), 0, [1])]))
+    with pytest.raises(ValueError, match=r"slot 79 is past the end of the cache \(num_slots=64"):
+        ex.execute(StepPlan(0, 16, [_chunk("x", [1, 2], 0, [4])]))
+    with pytest.raises(ValueError, match=r"request 'big': token id 999 is outside"):
+        ex.register(Request("big", [1, 999], max_tokens=2))
+
+
+def test_from_config(checkpoint: Path) -> None:
+    ex = RealExecutor.from_config(RealExecutorConfig(str(checkpoint), kernel="auto",
+                                                     device="cpu", num_slots=64))
+    assert ex.model.dtype == torch.float32
+    assert isinstance(ex, Executor)
+    assert ex.backend(16).name == "torch" and ex.kv_cache.num_slots == 64
+    with pytest.raises(ValueError, match=r"kernel='fast'"):
+        RealExecutor(ex.model, kernel="fast")

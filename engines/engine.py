@@ -11,9 +11,10 @@ Each iteration:
 6. record.
 A plan without chunks that aborts or finishes nothing while work is pending jumps the clock to
 the next arrival, or, when none is due, raises `DeadlockError` naming the stuck requests (a
-plan that only preempts is given two more tries). Every `schedule()` is paired with an
-`update_from_output()`, as upstream vLLM does. The loop is O(chunks) per step; the records are
-turned into tables once, at the end.
+scheduler gets two more tries first: SGLang legitimately idles for one step after its last
+running request finishes, and a plan that only preempts makes room for the next). Every
+`schedule()` is paired with an `update_from_output()`, as upstream vLLM does. The loop is
+O(chunks) per step; the records are turned into tables once, at the end.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Consecutive chunk-less plans tolerated when they preempt something (state changed).
-_MAX_EMPTY_PREEMPTING_PLANS = 3
+_MAX_EMPTY_PLANS = 3
 _SHOW_IDS = 20
 
 
@@ -144,7 +145,7 @@ class Engine:
                 stall = 0
                 continue
             stall += 1
-            if plan.preempted and stall < _MAX_EMPTY_PREEMPTING_PLANS:
+            if stall < _MAX_EMPTY_PLANS:
                 continue
             if nxt < n:
                 clock = max(clock, reqs[nxt].arrival_time)

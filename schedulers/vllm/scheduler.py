@@ -75,10 +75,12 @@ class VllmScheduler:
             return "prompt is empty"
         if request.max_tokens < 1:
             return f"max_tokens={request.max_tokens} must be at least 1"
-        if prompt_len > self.max_model_len:
+        # mirrors vllm/v1/engine/input_processor.py: _validate_model_input (a generating
+        # request's prompt must leave room for one output token)
+        if prompt_len >= self.max_model_len:
             return (
-                f"prompt of {prompt_len} tokens is longer than max_model_len="
-                f"{self.max_model_len}"
+                f"prompt of {prompt_len} tokens leaves no room for output under "
+                f"max_model_len={self.max_model_len}"
             )
         needed = cdiv(prompt_len, self.block_size)
         if needed > self.num_usable_blocks:

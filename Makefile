@@ -1,4 +1,6 @@
-# Quick start: `make demo` (run the default experiment) and `make test` (the test suite).
+# Quick start: `make demo` (vLLM and SGLang side by side on the default workload) and
+# `make test` (the test suite). `make reproduce` runs the three paper-style studies
+# (scripts/reproduce_*.sh; needs the traces: scripts/fetch_traces.sh).
 # Both create .venv on first use and install the project with CPU PyTorch 2.13.0.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +8,7 @@ BIN := $(VENV)/bin
 # Override to fetch the CPU wheel from another index, e.g. TORCH_PIP_ARGS="--index-url URL".
 TORCH_PIP_ARGS ?=
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench reproduce clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +18,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 demo: $(BIN)/.installed
-	$(BIN)/python -m experiments.run
+	$(BIN)/python -m experiments.run -m
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest
@@ -27,6 +29,11 @@ lint: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_scheduler.py
+
+reproduce: $(BIN)/.installed
+	scripts/reproduce_preemption.sh
+	scripts/reproduce_prefix_recovery.sh
+	scripts/reproduce_victim_choice.sh
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache .mypy_cache .ruff_cache

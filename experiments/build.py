@@ -25,7 +25,7 @@ from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers.contract import Scheduler
 
 T = TypeVar("T")
-EXECUTORS = ("sim",)
+EXECUTORS = ("sim", "real")
 
 
 def as_dict(cfg: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def as_dict(cfg: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
     if cfg is None:
         return {}
     if isinstance(cfg, DictConfig):
-        out = OmegaConf.to_container(cfg, resolve=True)
+        out = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         assert isinstance(out, dict)
         return {str(k): v for k, v in out.items()}
     return dict(cfg)
@@ -66,6 +66,9 @@ def _import_target(target: str) -> Callable[..., Any]:
     return obj
 
 
+# name -> the config field that holds the model's context length (top-level max_model_len)
+CONTEXT_FIELDS = {"vllm": "max_model_len", "sglang": "context_length"}
+
 # name -> (module, scheduler class, config class, config field that from_capacity sets)
 _SCHEDULER_CLASSES: dict[str, tuple[str, str, str, str]] = {
     "sglang": ("schedulers.sglang", "SglangScheduler", "SglangSchedulerConfig",
@@ -75,16 +78,20 @@ _SCHEDULER_CLASSES: dict[str, tuple[str, str, str, str]] = {
 
 
 def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
-                    kv_capacity_tokens: int) -> Scheduler:
+                    kv_capacity_tokens: int, max_model_len: int | None = None) -> Scheduler:
     """The scheduler named by `cfg_scheduler.name`, holding `kv_capacity_tokens` KV slots.
 
     Every field but `name` (and `target`) is a field of the scheduler's config dataclass;
     the capacity field (vllm `num_blocks`, sglang `max_total_tokens`) comes from
-    `kv_capacity_tokens` through the config's `from_capacity`.
+    `kv_capacity_tokens` through the config's `from_capacity`. `max_model_len`, when given,
+    sets the context length of either (vllm `max_model_len`, sglang `context_length`), so
+    that a comparison can give both the same.
     """
     fields = as_dict(cfg_scheduler)
     name = fields.pop("name", None)
     target = fields.pop("target", None)
+    if max_model_len is not None and name in CONTEXT_FIELDS and not target:
+        fields[CONTEXT_FIELDS[str(name)]] = int(max_model_len)
     if target:
         factory = _import_target(str(target))
         sched: Scheduler = factory(kv_capacity_tokens, **fields)
@@ -125,12 +132,23 @@ def build_hardware(cfg_hardware: Mapping[str, Any] | DictConfig) -> HardwareSpec
 
 
 def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpec,
-                   hardware: HardwareSpec) -> Executor:
-    """The executor named by `cfg_executor.name` (only "sim" so far)."""
+                   hardware: HardwareSpec, num_slots: int | None = None) -> Executor:
+    """The executor named by `cfg_executor.name`: "sim" (cost model) or "real" (a checkpoint
+    run by our paged decoder, with `num_slots` KV slots: the scheduler's pool)."""
     d = as_dict(cfg_executor)
     name = d.pop("name", None)
     if name == "sim":
         valid = {"step_overhead_s", "flops_efficiency", "bandwidth_efficiency"}
         return construct(lambda **kw: SimExecutor(model, hardware, **kw), "executor (sim)", d,
                          valid)
+    if name == "real":
+        from engines.executors.real import RealExecutor, RealExecutorConfig
+
+        valid = {"model_path", "kernel", "dtype", "device"}
+        if not d.get("model_path"):
+            raise ValueError("executor (real): model_path is required: a checkpoint folder "
+                             "with config.json and *.safetensors")
+        cfg = construct(lambda **kw: RealExecutorConfig(num_slots=num_slots, **kw),
+                        "executor (real)", d, valid)
+        return RealExecutor.from_config(cfg)
     raise ValueError(f"executor.name={name!r}: unknown; valid: {', '.join(EXECUTORS)}")

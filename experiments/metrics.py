@@ -6,8 +6,11 @@ TPOT = (E2EL - TTFT) / (output_len - 1) for requests with more than one output t
 every gap between consecutive tokens of a request; each reported as mean/median/std/p90/p99
 in milliseconds (0 when there is no sample, as vLLM does). `duration` runs from the first
 arrival to the last finish. Ours: preemptions (vLLM) or retractions (SGLang) and victims,
-recomputed prefill, prefix-cache hits, recovery on resume, victims' latency against the
-others'.
+recomputed prefill, prefix-cache hits, recovery on resume (tokens found cached at each
+readmission, capped at what the victim had computed when preempted, over all it had
+computed), victims' latency against the others', restarts per request, KV utilisation and
+batch size over the busy time.
+`step_series` gives KV use and batch size over time for figures.
 """
 
 from __future__ import annotations
@@ -70,13 +73,15 @@ def itl_seconds(requests: pa.Table) -> np.ndarray:
 
 
 def compute_metrics(requests: pa.Table, steps: pa.Table,
-                    slo_ms: Mapping[str, float] | None = None) -> dict[str, Any]:
+                    slo_ms: Mapping[str, float] | None = None,
+                    kv_capacity_tokens: int | None = None) -> dict[str, Any]:
     """The run summary: `vllm bench serve` keys plus ours (see the module docstring).
 
     `requests` and `steps` follow `engines.records.REQUEST_SCHEMA` / `STEP_SCHEMA` (as the
     engine returns them or as read back from parquet). `slo_ms` maps any of "ttft", "tpot",
     "e2el" to a target in ms; `request_goodput` counts completed requests meeting all of them
-    (per second), and is None without targets.
+    (per second), and is None without targets. With `kv_capacity_tokens`, KV use is also
+    reported as a fraction of it.
     """
     if slo_ms:
         unknown = sorted(set(slo_ms) - set(SLO_KEYS))
@@ -158,6 +163,11 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
         out[f"p99_e2el_{tag}_ms"] = float(np.percentile(x, 99) * 1000.0) if x.size else math.nan
     out["victim_e2el_median_ratio"] = _ratio(out["median_e2el_victim_ms"],
                                              out["median_e2el_nonvictim_ms"])
+    out["victim_e2el_p99_ratio"] = _ratio(out["p99_e2el_victim_ms"],
+                                          out["p99_e2el_nonvictim_ms"])
+    restarts = np.bincount(npre[accepted]) if n_acc else np.zeros(1, dtype=np.int64)
+    out["restarts_histogram"] = {str(k): int(c) for k, c in enumerate(restarts) if c}
+    out["max_restarts_per_request"] = int(npre.max()) if n_all else 0
     # --- compute, recompute and the prefix cache ---
     prefill = int(_i64(steps, "num_prefill_tokens").sum()) if steps.num_rows else 0
     decode = int(_i64(steps, "num_decode_tokens").sum()) if steps.num_rows else 0
@@ -175,15 +185,76 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     admitted_prompt = int(prompt_len[np.unique(hit_rows)].sum()) if hit_rows.size else 0
     out["prefix_cache_hit_rate"] = _ratio(float(hits[first_hit].sum()), admitted_prompt)
     at_pre, _ = _flat_lists(requests, "computed_at_preemption")
-    out["prefix_recovery_on_resume"] = _ratio(float(hits[~first_hit].sum()),
-                                              float(at_pre.sum()))
-    if steps.num_rows:
-        out["max_kv_used_tokens"] = int(_i64(steps, "kv_used_tokens").max())
-        out["max_running_requests"] = int(_i64(steps, "num_running").max())
-        out["mean_scheduled_reqs_per_step"] = float(_f64(steps, "num_scheduled_reqs").mean())
-    else:
+    resume_hits = float(hits[~first_hit].sum())
+    out["prefix_cache_hit_tokens_on_resume"] = int(resume_hits)
+    out["computed_tokens_at_preemption"] = int(at_pre.sum())
+    out["prefix_recovery_on_resume"] = _ratio(_recovered(requests), float(at_pre.sum()))
+    out.update(_occupancy(steps, kv_capacity_tokens))
+    return out
+
+
+def _recovered(requests: pa.Table) -> float:
+    """Tokens found cached at each readmission, each capped at what the victim had computed
+    when that preemption happened (a shared prefix can return more than it lost)."""
+    npre = _i64(requests, "num_preemptions")
+    rows = np.flatnonzero(npre > 0)
+    if rows.size == 0:
+        return 0.0
+    sub = requests.take(pa.array(rows))
+    total = 0
+    for hits, lost in zip(sub.column("prefix_hit_tokens").to_pylist(),
+                          sub.column("computed_at_preemption").to_pylist(), strict=True):
+        total += sum(min(h, c) for h, c in zip(hits[1:], lost, strict=False))
+    return float(total)
+
+
+def _occupancy(steps: pa.Table, capacity: int | None) -> dict[str, Any]:
+    """KV slots and batch size: peaks, and means weighted by step duration (busy time)."""
+    out: dict[str, Any] = {}
+    if not steps.num_rows:
         out["max_kv_used_tokens"] = out["max_running_requests"] = 0
-        out["mean_scheduled_reqs_per_step"] = 0.0
+        out["mean_scheduled_reqs_per_step"] = out["mean_batch_size"] = 0.0
+        out["max_batch_size"] = 0
+        out["mean_kv_used_tokens"] = 0.0
+        out["mean_kv_utilization"] = out["max_kv_utilization"] = 0.0 if capacity else None
+        return out
+    kv = _f64(steps, "kv_used_tokens")
+    batch = _f64(steps, "num_scheduled_reqs")
+    dur = _f64(steps, "duration_s")
+    busy = float(dur.sum())
+
+    def tmean(x: np.ndarray) -> float:
+        return float((x * dur).sum() / busy) if busy > 0 else float(x.mean())
+
+    out["max_kv_used_tokens"] = int(kv.max())
+    out["mean_kv_used_tokens"] = tmean(kv)
+    out["max_running_requests"] = int(_i64(steps, "num_running").max())
+    out["mean_scheduled_reqs_per_step"] = float(batch.mean())
+    out["mean_batch_size"] = tmean(batch)
+    out["max_batch_size"] = int(batch.max())
+    out["mean_kv_utilization"] = _ratio(tmean(kv), capacity) if capacity else None
+    out["max_kv_utilization"] = _ratio(float(kv.max()), capacity) if capacity else None
+    return out
+
+
+def step_series(steps: pa.Table, max_points: int = 2000) -> dict[str, np.ndarray]:
+    """KV slots used, running requests and batch size against step end time (seconds), cut
+    to at most `max_points` points by keeping every k-th step (the peaks of each stretch are
+    kept for KV use, so a plot does not hide a full pool)."""
+    if not steps.num_rows:
+        z = np.zeros(0)
+        return {"time_s": z, "kv_used_tokens": z, "num_running": z, "batch_size": z}
+    t = _f64(steps, "start_time") + _f64(steps, "duration_s")
+    cols = {"time_s": t, "kv_used_tokens": _f64(steps, "kv_used_tokens"),
+            "num_running": _f64(steps, "num_running"),
+            "batch_size": _f64(steps, "num_scheduled_reqs")}
+    n = t.size
+    if n <= max_points:
+        return cols
+    k = -(-n // max_points)
+    m = n // k * k
+    out = {name: x[:m:k] for name, x in cols.items()}
+    out["kv_used_tokens"] = cols["kv_used_tokens"][:m].reshape(-1, k).max(axis=1)
     return out
 
 

@@ -1,26 +1,34 @@
 """The Hydra entry point: one job = one scheduler x one workload x one executor.
 
-    python -m experiments.run                                  # the default (conf/config.yaml)
+    python -m experiments.run                                  # one job (conf/config.yaml)
     python -m experiments.run scheduler.max_num_seqs=32 kv_capacity_tokens=32768
-    python -m experiments.run -m scheduler.max_num_batched_tokens=512,2048   # a sweep
+    python -m experiments.run -m                               # vLLM and SGLang side by side
+    python -m experiments.run -m experiment=preemption         # a preset study (conf/experiment)
+    python -m experiments.run -m scheduler=vllm scheduler.max_num_batched_tokens=512,2048
 
-Writes requests.parquet, steps.parquet and summary.json into the job's folder (Hydra's
-runtime.output_dir) and prints the summary.
+Each job writes requests.parquet, steps.parquet and summary.json into its folder (Hydra's
+runtime.output_dir), and with `logger=wandb` one W&B run; a single run prints its summary, a
+multirun one line per job and, at the end, the side-by-side table (experiments/callbacks.py).
+A typo in an override fails before anything runs, with the valid keys.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra
+import pyarrow as pa
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from engines.engine import Engine
+from engines.engine import DeadlockError, Engine, StepLimitError
+from engines.records import Recorder
 from experiments.build import (
     as_dict,
     build_executor,
@@ -28,27 +36,79 @@ from experiments.build import (
     build_model,
     build_scheduler,
 )
+from experiments.config import explain_override_error, register_configs, to_container
 from experiments.metrics import compute_metrics
-from experiments.sinks import write_run
+from experiments.progress import ProgressRecorder, progress_enabled
+from experiments.sinks import SUMMARY_FILE, write_json, write_run
 from experiments.workloads import build_workload
+from schedulers.contract import Request
 
 log = logging.getLogger(__name__)
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+register_configs()
 
 
-def run_experiment(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
-    """Build everything from `cfg`, run the engine, write the outputs; returns the summary."""
+def _slo(cfg: DictConfig) -> dict[str, float] | None:
+    targets = {k: float(v) for k, v in as_dict(cfg.get("slo")).items() if v is not None}
+    return targets or None
+
+
+def _enum_value(v: Any) -> str:
+    return str(getattr(v, "value", v))
+
+
+def _progress_mode(cfg: DictConfig) -> str:
+    return _enum_value(cfg.get("progress", "auto"))
+
+
+def failed_summary(cfg: DictConfig, error: Exception) -> dict[str, Any]:
+    """The summary of a job the engine stopped with an error (`on_error=record`)."""
+    return {
+        "status": "failed",
+        "error": f"{type(error).__name__}: {error}",
+        "scheduler": str(cfg.scheduler.name),
+        "executor": str(cfg.executor.name),
+        "workload": str(cfg.workload.name),
+        "seed": int(cfg.seed),
+        "kv_capacity_tokens": int(cfg.kv_capacity_tokens),
+    }
+
+
+def with_output_token_ids(table: pa.Table, requests: list[Request]) -> pa.Table:
+    """`table` with an `output_token_ids` column: the tokens each request generated."""
+    tokens = {r.request_id: r.output_token_ids for r in requests}
+    column = [tokens[rid] for rid in table.column("request_id").to_pylist()]
+    return table.append_column("output_token_ids", pa.array(column, pa.list_(pa.int64())))
+
+
+def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
+                   run_name: str | None = None) -> dict[str, Any]:
+    """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
+    `logger.name` is wandb, in `group` under `run_name`); returns the summary."""
     seed = int(cfg.seed)
     kv_capacity = int(cfg.kv_capacity_tokens)
-    requests = build_workload(as_dict(cfg.workload), seed)
-    scheduler = build_scheduler(cfg.scheduler, kv_capacity)
+    requests = build_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    max_len = cfg.get("max_model_len")
+    scheduler = build_scheduler(cfg.scheduler, kv_capacity,
+                                int(max_len) if max_len is not None else None)
     model = build_model(cfg.model)
     hardware = build_hardware(cfg.hardware)
-    executor = build_executor(cfg.executor, model, hardware)
+    # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
+    executor = build_executor(cfg.executor, model, hardware,
+                              num_slots=kv_capacity + scheduler.page_size)
+    show = progress_enabled(_progress_mode(cfg))
+    recorder = ProgressRecorder(desc=run_name or scheduler.name) if show else Recorder()
     t0 = time.perf_counter()
-    result = Engine(scheduler, executor, requests).run()
+    try:
+        result = Engine(scheduler, executor, requests, recorder=recorder).run()
+    finally:
+        if isinstance(recorder, ProgressRecorder):
+            recorder.close()
     wall = time.perf_counter() - t0
-    slo = as_dict(cfg.get("slo")) or None
+    if str(cfg.executor.name) == "real":
+        result.requests = with_output_token_ids(result.requests, requests)
     summary: dict[str, Any] = {
+        "status": "ok",
         "scheduler": scheduler.name,
         "executor": str(cfg.executor.name),
         "model": model.name,
@@ -56,12 +116,45 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path) -> dict[str, Any]:
         "workload": str(cfg.workload.name),
         "seed": seed,
         "kv_capacity_tokens": kv_capacity,
-        **compute_metrics(result.requests, result.steps, slo_ms=slo),
+        **compute_metrics(result.requests, result.steps, slo_ms=_slo(cfg),
+                          kv_capacity_tokens=kv_capacity),
     }
     paths = write_run(out_dir, result.requests, result.steps, summary)
     log.info("%d requests, %d steps replayed in %.2f s wall; wrote %s", len(requests),
              result.num_steps, wall, ", ".join(str(p) for p in paths.values()))
+    logger = as_dict(cfg.get("logger"))
+    if logger.get("name") == "wandb":
+        _log_wandb(cfg, logger, summary, result.requests, result.steps, Path(out_dir), group,
+                   run_name or scheduler.name)
     return summary
+
+
+def _log_wandb(cfg: DictConfig, logger: dict[str, Any], summary: dict[str, Any],
+               requests: Any, steps: Any, out_dir: Path, group: str | None,
+               name: str) -> None:
+    from experiments.wandb_log import WandbOptions, log_run
+
+    opts = WandbOptions.from_mapping(logger)
+    if opts.mode == "disabled":
+        return
+    figures: dict[str, Path] = {}
+    if opts.log_figures:
+        figures = _job_figures(summary, requests, steps, out_dir / "figures")
+    run_dir = log_run(to_container(cfg), summary, requests, out_dir, opts, group, name,
+                      figures)
+    log.info("W&B %s run: %s", opts.mode, run_dir)
+
+
+def _job_figures(summary: dict[str, Any], requests: Any, steps: Any, out: Path
+                 ) -> dict[str, Path]:
+    """This job's latency CDF and KV use over time (for its W&B run)."""
+    from experiments.figures import JobSeries, kv_over_time, latency_cdfs
+
+    sched = str(summary["scheduler"])
+    series = [JobSeries.from_tables(requests, steps, sched, sched,
+                                    int(summary["kv_capacity_tokens"]))]
+    return {"latency_cdf": latency_cdfs(series, out / "latency_cdf.png"),
+            "kv_over_time": kv_over_time(series, out / "kv_over_time.png")}
 
 
 def _fmt(v: Any) -> str:
@@ -82,6 +175,7 @@ _TABLE: list[tuple[str, list[tuple[str, str]]]] = [
         ("Output token throughput (tok/s)", "output_throughput"),
         ("Total Token throughput (tok/s)", "total_token_throughput"),
     ]),
+    ("Goodput", [("Request goodput (req/s)", "request_goodput")]),
     ("Time to First Token", [("Mean TTFT (ms)", "mean_ttft_ms"),
                              ("Median TTFT (ms)", "median_ttft_ms"),
                              ("P99 TTFT (ms)", "p99_ttft_ms")]),
@@ -102,7 +196,9 @@ _TABLE: list[tuple[str, list[tuple[str, str]]]] = [
         ("Recomputed share of prefill", "recomputed_token_share"),
         ("Prefix-cache hit tokens", "prefix_cache_hit_tokens"),
         ("Prefix recovery on resume", "prefix_recovery_on_resume"),
+        ("Restarts per request (max)", "max_restarts_per_request"),
         ("Steps", "num_steps"), ("Peak KV slots used", "_kv_peak"),
+        ("Mean KV utilisation", "mean_kv_utilization"), ("Mean batch size", "mean_batch_size"),
     ]),
 ]
 
@@ -127,14 +223,53 @@ def format_summary(s: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_line(s: Mapping[str, Any]) -> str:
+    """A one-line summary of a job (multirun output)."""
+    if s.get("status") == "failed":
+        return f"{s.get('scheduler')}: FAILED ({str(s.get('error'))[:200]})"
+    return (f"{s.get('scheduler')}: {s.get('completed')} done, "
+            f"{_fmt(s.get('request_throughput'))} req/s, median E2EL "
+            f"{_fmt(s.get('median_e2el_ms'))} ms, p99 {_fmt(s.get('p99_e2el_ms'))} ms, "
+            f"{s.get('num_preemptions')} evictions")
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    """Run one job and print its summary."""
-    out_dir = HydraConfig.get().runtime.output_dir
-    summary = run_experiment(cfg, out_dir)
-    print(format_summary(summary))
-    print(f"outputs: {out_dir}")
+    """Run one job; print its summary (a single run) or one line (a job of a multirun)."""
+    hc = HydraConfig.get()
+    out_dir = hc.runtime.output_dir
+    multirun = hc.mode == RunMode.MULTIRUN
+    if multirun:
+        group = str(hc.sweep.dir)
+        name = f"{hc.job.num}:{hc.job.override_dirname or cfg.scheduler.name}"
+    else:
+        group, name = None, f"{cfg.scheduler.name}:{cfg.workload.name}"
+    try:
+        summary = run_experiment(cfg, out_dir, group=group, run_name=name)
+    except (DeadlockError, StepLimitError) as e:
+        if _enum_value(cfg.get("on_error", "fail")) != "record":
+            raise
+        summary = failed_summary(cfg, e)
+        write_json(summary, Path(out_dir) / SUMMARY_FILE)
+        log.error("job failed (on_error=record): %s", e)
+    if multirun:
+        print(f"[job {hc.job.num}] {hc.job.override_dirname}: {format_line(summary)}")
+    else:
+        print(format_summary(summary))
+        print(f"outputs: {out_dir}")
+
+
+def cli() -> None:
+    """`main` with a hint after a failed override: the valid keys where a key was unknown."""
+    try:
+        main()
+    except SystemExit as e:
+        if e.code not in (0, None):
+            hint = explain_override_error(sys.argv[1:], CONF_DIR)
+            if hint:
+                print(hint, file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":
-    main()
+    cli()

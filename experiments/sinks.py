@@ -3,7 +3,7 @@
 `requests.parquet` and `steps.parquet` (pyarrow, the tables of `engines.records`) and
 `summary.json` (the metrics, sorted keys, NaN written as null). Each file is written to a
 temporary name in the same folder and moved into place with `os.replace`, so a reader never
-sees a half-written file.
+sees a half-written file. `write_text` and `atomic_path` do the same for reports and figures.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,23 @@ SUMMARY_FILE = "summary.json"
 
 
 def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        write(tmp)
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[str]:
+    """A temporary file name next to `path`; on a clean exit it is moved onto `path`, on an
+    error it is removed. (The name ends in .tmp: tell writers the format, e.g.
+    `savefig(tmp, format="png")`.)"""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
     # A fresh name in the same folder (so os.replace is atomic), created with the umask's
     # permissions (unlike mkstemp's 0600).
-    tmp = str(path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"))
+    tmp = str(p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"))
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        yield tmp
+        os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -45,20 +56,33 @@ def write_table(table: pa.Table, path: str | Path) -> Path:
     return p
 
 
-def _json_safe(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
+    """`x` with NaN and infinities replaced by None, tuples as lists, keys as strings."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, Mapping):
-        return {str(k): _json_safe(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 
 def write_json(data: Mapping[str, Any], path: str | Path) -> Path:
     """Write a mapping as JSON atomically (sorted keys; NaN and inf become null)."""
     p = Path(path)
-    text = json.dumps(_json_safe(data), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    text = json.dumps(json_safe(data), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            f.write(text)
+
+    _atomic_write(p, write)
+    return p
+
+
+def write_text(text: str, path: str | Path) -> Path:
+    """Write text atomically."""
+    p = Path(path)
 
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:

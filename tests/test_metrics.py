@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from engines.records import REQUEST_SCHEMA, STEP_SCHEMA
-from experiments.metrics import compute_metrics, itl_seconds
+from experiments.metrics import compute_metrics, itl_seconds, step_series
 
 NAN = math.nan
 
@@ -117,3 +117,54 @@ def test_itl_ignores_request_boundaries_and_empty_sets() -> None:
     m = compute_metrics(empty, STEPS.slice(0, 0))
     assert m["completed"] == 0 and m["mean_ttft_ms"] == 0.0 and m["num_steps"] == 0
     assert math.isnan(m["request_throughput"])
+
+
+def test_restarts_recovery_cap_and_victim_ratios() -> None:
+    reqs = pa.Table.from_pylist([
+        request(request_id="a", arrival_time=0.0, finish_time=1.0, finish_reason="length",
+                prompt_len=10, token_times=[0.5, 1.0]),
+        # preempted twice: lost 30 then 40; readmitted with 25 then 60 cached (a shared
+        # prefix returned more than it lost the second time: counted as 40)
+        request(request_id="b", arrival_time=0.0, finish_time=3.0, finish_reason="stop",
+                prompt_len=50, num_preemptions=2, victim=True, prefix_hit_tokens=[0, 25, 60],
+                computed_at_preemption=[30, 40], token_times=[2.0, 3.0]),
+        request(request_id="c", arrival_time=0.0, finish_time=2.0, finish_reason="stop",
+                prompt_len=10, num_preemptions=1, victim=True, prefix_hit_tokens=[0, 0],
+                computed_at_preemption=[10], token_times=[1.5, 2.0]),
+    ], schema=REQUEST_SCHEMA)
+    m = compute_metrics(reqs, STEPS)
+    assert m["restarts_histogram"] == {"0": 1, "1": 1, "2": 1}
+    assert m["max_restarts_per_request"] == 2
+    assert m["computed_tokens_at_preemption"] == 80
+    assert m["prefix_cache_hit_tokens_on_resume"] == 85  # uncapped
+    assert m["prefix_recovery_on_resume"] == pytest.approx((25 + 40 + 0) / 80)
+    # victims' E2EL 3.0 and 2.0 s against 1.0 s
+    assert m["median_e2el_victim_ms"] == pytest.approx(2500.0)
+    assert m["victim_e2el_median_ratio"] == pytest.approx(2.5)
+    assert m["p99_e2el_victim_ms"] == pytest.approx(2990.0)
+    assert m["victim_e2el_p99_ratio"] == pytest.approx(2.99)
+
+
+def test_occupancy_is_weighted_by_step_time() -> None:
+    steps = pa.Table.from_pylist([
+        step(0, 30, 0, duration_s=0.1, kv_used_tokens=100, num_scheduled_reqs=1),
+        step(1, 0, 2, duration_s=0.3, kv_used_tokens=200, num_scheduled_reqs=3),
+    ], schema=STEP_SCHEMA)
+    m = compute_metrics(REQUESTS, steps, kv_capacity_tokens=400)
+    assert m["mean_kv_used_tokens"] == pytest.approx((100 * 0.1 + 200 * 0.3) / 0.4)
+    assert m["mean_kv_utilization"] == pytest.approx(175 / 400)
+    assert m["max_kv_utilization"] == 0.5
+    assert m["mean_batch_size"] == pytest.approx((1 * 0.1 + 3 * 0.3) / 0.4)
+    assert (m["max_batch_size"], m["mean_scheduled_reqs_per_step"]) == (3, 2.0)
+    assert compute_metrics(REQUESTS, steps)["mean_kv_utilization"] is None
+
+
+def test_step_series_keeps_peaks_when_thinned() -> None:
+    rows = [step(i, 1, 0, start_time=float(i), duration_s=1.0, kv_used_tokens=i % 7)
+            for i in range(100)]
+    steps = pa.Table.from_pylist(rows, schema=STEP_SCHEMA)
+    full = step_series(steps, max_points=1000)
+    assert full["time_s"].tolist() == [float(i + 1) for i in range(100)]
+    thin = step_series(steps, max_points=10)
+    assert thin["time_s"].size == 10 and thin["kv_used_tokens"].max() == 6
+    assert thin["kv_used_tokens"].tolist()[0] == 6  # the first 10 steps peak at 6

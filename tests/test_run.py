@@ -123,7 +123,9 @@ def test_builders_name_bad_fields() -> None:
         build_model({"name": "m", "layers": 2})
     with pytest.raises(ValueError, match=r"hardware: peak_flops='fast': not a number"):
         build_hardware({"name": "h", "peak_flops": "fast"})
-    with pytest.raises(ValueError, match=r"executor.name='real': unknown; valid: sim"):
+    with pytest.raises(ValueError, match=r"executor.name='tpu': unknown; valid: sim, real"):
+        build_executor({"name": "tpu"}, None, None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"executor \(real\): model_path is required"):
         build_executor({"name": "real"}, None, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"workload.name='trace': unknown; valid: synthetic"):
         build_workload({"name": "trace"})

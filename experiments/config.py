@@ -1,0 +1,298 @@
+"""Structured configs: the schema of every config group, registered in Hydra's ConfigStore.
+
+Each YAML file of `conf/` names its schema first in its defaults list (`- base_vllm`), so
+Hydra checks every key and type while composing: a typo in an override fails before anything
+runs (and `explain_override_error` then lists the valid keys). Schemas of the scheduler,
+model, hardware and workload groups are mirrored from the dataclasses that those objects are
+built from (`mirror`), so a field added there is a valid key here at once.
+
+    register_configs()      # idempotent; experiments.run calls it at import
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from engines.executors.specs import HardwareSpec, ModelSpec
+from experiments.workloads import PARAMS as WORKLOAD_PARAMS
+from experiments.workloads import LengthDist
+
+_MIRRORS: dict[type, type] = {}
+
+
+def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
+           extra: Sequence[tuple[str, Any, Any]] = (), optional: Sequence[str] = ()) -> type:
+    """A plain (mutable) dataclass with the fields, types and defaults of dataclass `cls`,
+    minus `drop`, plus `extra` (name, type, default) first; fields in `optional` also accept
+    null; required fields default to MISSING. Nested dataclass types are mirrored too. The
+    class lives in this module under `name`, so configs that hold it pickle (the joblib
+    launcher ships them to workers)."""
+    assert dataclasses.is_dataclass(cls)
+    hints = typing.get_type_hints(cls)
+    specs: list[tuple[str, Any, Any]] = []
+    for fname, typ, default in extra:
+        specs.append((fname, typ, field(default=default)))
+    for f in dataclasses.fields(cls):
+        if f.name in drop:
+            continue
+        typ = hints[f.name]
+        if f.name in optional:
+            typ = typ | None
+        if dataclasses.is_dataclass(typ) and isinstance(typ, type):
+            sub = _MIRRORS.get(typ) or mirror(typ, f"{typ.__name__}Schema")
+            specs.append((f.name, sub, field(default_factory=sub)))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = MISSING
+        specs.append((f.name, typ, field(default=default)))
+    out = dataclasses.make_dataclass(name, specs, kw_only=True)
+    out.__module__ = __name__
+    out.__doc__ = f"Config schema mirrored from {cls.__module__}.{cls.__qualname__}."
+    globals()[name] = out
+    _MIRRORS[cls] = out
+    return out
+
+
+class Progress(enum.Enum):
+    """When the replay shows a progress bar: `auto` on a terminal unless CI is set."""
+
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+class OnError(enum.Enum):
+    """What a job does when the engine stops with an error (a deadlock, the step limit):
+    `fail` fails the job (and the sweep); `record` writes a summary.json with status
+    "failed" and the error, so that the rest of a sweep runs and the report shows it."""
+
+    fail = "fail"
+    record = "record"
+
+
+@dataclass
+class SloConfig:
+    """Goodput targets in ms (null: no target); a request is good when it meets all."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2el: float | None = None
+
+
+@dataclass
+class NoLogger:
+    """No logger: the job writes only its folder."""
+
+    name: str = "none"
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases: one run per job, grouped by sweep (see experiments/wandb_log.py).
+
+    `mode` offline writes the run under `dir` (null: the job folder) for `wandb sync` later;
+    online needs `wandb login`. `group` null: the sweep folder in a multirun.
+    """
+
+    name: str = "wandb"
+    project: str = "schedbench"
+    entity: str | None = None
+    mode: str = "offline"
+    dir: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    log_requests_table: bool = True
+    max_table_rows: int = 20000
+    log_figures: bool = True
+
+
+@dataclass
+class SimExecutorConfig:
+    """The simulated executor (engines/executors/sim.py) and its roofline derating."""
+
+    name: str = "sim"
+    step_overhead_s: float = 0.002
+    flops_efficiency: float = 1.0
+    bandwidth_efficiency: float = 1.0
+
+
+@dataclass
+class RealExecutorSchema:
+    """The real executor (engines/executors/real.py): a Hugging Face checkpoint folder run by
+    our paged decoder. `kernel`: auto | torch | triton | flash_attn; `dtype` null: float32 on a
+    CPU, bfloat16 on a GPU; `device` null: the GPU when there is one."""
+
+    name: str = "real"
+    model_path: str = MISSING
+    kernel: str = "auto"
+    dtype: str | None = None
+    device: str | None = None
+
+
+@dataclass
+class RunConfig:
+    """The top-level config: one job = one scheduler x one workload x one executor.
+
+    `kv_capacity_tokens` is the KV pool in token slots, the same for every scheduler of a
+    comparison (vLLM: that many / block_size blocks); `max_model_len`, when set, is the
+    context length of either scheduler (vLLM `max_model_len`, SGLang `context_length`).
+    `name` labels the experiment (sweep folder, W&B group, report titles).
+    """
+
+    scheduler: Any = MISSING
+    executor: Any = MISSING
+    model: Any = MISSING
+    hardware: Any = MISSING
+    workload: Any = MISSING
+    slo: Any = MISSING
+    logger: Any = MISSING
+    seed: int = 0
+    kv_capacity_tokens: int = 16384
+    max_model_len: int | None = None
+    progress: Progress = Progress.auto
+    on_error: OnError = OnError.fail
+    name: str = "default"
+
+
+def _scheduler_schemas() -> dict[str, type]:
+    """Schemas of the schedulers that import (one that does not is simply not offered)."""
+    import importlib
+
+    out: dict[str, type] = {}
+    for name, module, cls_name, capacity in (
+        ("vllm", "schedulers.vllm", "VllmSchedulerConfig", "num_blocks"),
+        ("sglang", "schedulers.sglang", "SglangSchedulerConfig", "max_total_tokens"),
+    ):
+        try:
+            cls = getattr(importlib.import_module(module), cls_name)
+        except (ImportError, AttributeError):
+            continue
+        out[name] = mirror(cls, f"{cls_name.removesuffix('Config')}Schema", drop=(capacity,),
+                           extra=[("name", str, name)])
+    return out
+
+
+# Built at import, so that every schema class exists under its name in this module (configs
+# that hold one unpickle in joblib workers).
+SCHEDULER_SCHEMAS = _scheduler_schemas()
+LengthDistSchema = mirror(LengthDist, "LengthDistSchema")
+WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
+                                 extra=[("name", str, name)], optional=("seed",))
+                    for name, params in WORKLOAD_PARAMS.items()}
+ModelSchema = mirror(ModelSpec, "ModelSchema")
+HardwareSchema = mirror(HardwareSpec, "HardwareSchema")
+_REGISTERED = False
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (once per process)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=RunConfig)
+    for name, schema in SCHEDULER_SCHEMAS.items():
+        cs.store(group="scheduler", name=f"base_{name}", node=schema)
+    for name, schema in WORKLOAD_SCHEMAS.items():
+        cs.store(group="workload", name=f"base_{name}", node=schema)
+    cs.store(group="model", name="base_model", node=ModelSchema)
+    cs.store(group="hardware", name="base_hardware", node=HardwareSchema)
+    cs.store(group="executor", name="base_sim", node=SimExecutorConfig)
+    cs.store(group="executor", name="base_real", node=RealExecutorSchema)
+    cs.store(group="slo", name="base_slo", node=SloConfig)
+    cs.store(group="logger", name="base_none", node=NoLogger)
+    cs.store(group="logger", name="base_wandb", node=WandbConfig)
+    _REGISTERED = True
+
+
+# --- typo hints ------------------------------------------------------------------------------
+
+GROUPS = ("scheduler", "executor", "model", "hardware", "workload", "slo", "logger",
+          "experiment")
+
+
+def _key_overrides(args: Sequence[str]) -> tuple[list[list[str]], list[tuple[str, str]]]:
+    """Split command-line overrides into group choices (every combination of swept values,
+    as override strings) and plain `key.path=value` overrides (key, text)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    groups: list[list[str]] = []
+    keys: list[tuple[str, str]] = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        try:
+            ov = parser.parse_override(arg)
+        except Exception:
+            continue
+        key = ov.key_or_group
+        if ov.is_delete() or ov.is_add() or key.startswith("hydra"):
+            if key.startswith("hydra.searchpath"):
+                groups.append([arg])
+            continue
+        if key in GROUPS:
+            groups.append([f"{key}={v}" for v in ov.sweep_string_iterator()]
+                          if ov.is_sweep_override() else [arg])
+        elif "/" not in key and "@" not in key:
+            keys.append((key, arg))
+    combos = [list(c) for c in itertools.product(*groups)][:16]
+    return combos or [[]], keys
+
+
+def explain_override_error(args: Sequence[str], config_dir: str,
+                           config_name: str = "config") -> str | None:
+    """When an override names a key that does not exist, a message naming it and listing the
+    valid keys at that level; None when every key exists (the failure is something else)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    combos, keys = _key_overrides(args)
+    if not keys:
+        return None
+    for groups in combos:
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=config_dir, version_base=None):
+                cfg = compose(config_name=config_name, overrides=groups)
+        except Exception:
+            continue
+        finally:
+            GlobalHydra.instance().clear()
+        for key, arg in keys:
+            node: Any = cfg
+            parts = key.split(".")
+            for i, part in enumerate(parts):
+                if isinstance(node, DictConfig) and part in node:
+                    node = node[part]
+                    continue
+                where = ".".join(parts[:i]) or "the top level"
+                if not isinstance(node, DictConfig):
+                    return (f"override {arg!r}: {where} is a value ({node!r}), not a group "
+                            "of keys")
+                valid = ", ".join(sorted(str(k) for k in node))
+                choice = f" ({', '.join(groups)})" if groups else ""
+                return (f"override {arg!r}: {where}{choice} has no key {part!r}; valid keys: "
+                        f"{valid}")
+    return None
+
+
+def to_container(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain Python (enums as their names)."""
+    out = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    assert isinstance(out, dict)
+    return {str(k): v for k, v in out.items()}

@@ -1,0 +1,416 @@
+"""Sweep reports: the comparison table of a multirun, side by side, and its figures.
+
+    python -m experiments.report SWEEP_DIR [--out DIR] [--load-param KEY] [--no-figures]
+                                 [--title TEXT] [--columns METRIC,METRIC,...]
+
+reads every job folder of a sweep (`summary.json` and `.hydra/overrides.yaml`; the parquet
+files for the figures) and writes into `--out` (default: the sweep folder):
+- `comparison.csv` / `comparison.md`: one row per job; the sweep's varied parameters, then
+  the metrics of `COMPARISON_METRICS` (`vllm bench serve` names where they exist);
+- `side_by_side.md`: the metrics of `SIDE_BY_SIDE` as rows, one column per job (labelled by
+  its varied parameters: per scheduler in the default sweep);
+- `by_scheduler.csv` / `.md` when the sweep varies the scheduler and something else: one row
+  per setting of the other parameters, each metric once per scheduler;
+- `headline.csv` / `.md` with `--columns`: just those metrics, per scheduler or per job;
+- figures: `latency_cdf.png`, `preemptions_vs_load.png`, `victims_vs_others.png`,
+  `kv_over_time.png`.
+The Hydra callback `experiments.callbacks.ComparisonCallback` calls `write_report` when a
+multirun ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_text
+
+COMPARISON_METRICS: tuple[str, ...] = (
+    "completed", "rejected", "aborted", "duration", "request_throughput",
+    "output_throughput", "request_goodput",
+    "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
+    "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
+    "num_preemptions", "preemptions_per_1k_requests", "preempted_request_share",
+    "max_restarts_per_request", "recomputed_tokens", "recomputed_token_share",
+    "prefix_cache_hit_rate", "prefix_recovery_on_resume",
+    "median_e2el_victim_ms", "median_e2el_nonvictim_ms", "victim_e2el_median_ratio",
+    "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms", "mean_kv_utilization", "mean_batch_size",
+)
+
+SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
+    ("request_throughput", "Request throughput (req/s)"),
+    ("output_throughput", "Output token throughput (tok/s)"),
+    ("median_ttft_ms", "Median TTFT (ms)"),
+    ("p99_ttft_ms", "P99 TTFT (ms)"),
+    ("median_tpot_ms", "Median TPOT (ms)"),
+    ("p99_tpot_ms", "P99 TPOT (ms)"),
+    ("median_e2el_ms", "Median E2EL (ms)"),
+    ("p99_e2el_ms", "P99 E2EL (ms)"),
+    ("num_preemptions", "Preemptions / retractions"),
+    ("preempted_request_share", "Share of requests evicted"),
+    ("median_e2el_victim_ms", "Victims' median E2EL (ms)"),
+    ("median_e2el_nonvictim_ms", "Others' median E2EL (ms)"),
+    ("recomputed_token_share", "Recomputed share of prefill"),
+)
+
+PIVOT_METRICS: tuple[str, ...] = (
+    "num_preemptions", "preempted_request_share", "recomputed_token_share",
+    "median_e2el_victim_ms", "p99_e2el_victim_ms", "median_e2el_ms", "p99_e2el_ms",
+    "prefix_recovery_on_resume",
+)
+
+_LOAD_WORDS = ("rate", "scale", "load", "capacity")
+
+
+@dataclass
+class Job:
+    """One job folder of a sweep."""
+
+    path: Path
+    num: int
+    overrides: dict[str, str]
+    summary: dict[str, Any]
+    _requests: pa.Table | None = field(default=None, repr=False)
+    _steps: pa.Table | None = field(default=None, repr=False)
+
+    @property
+    def scheduler(self) -> str:
+        return str(self.summary.get("scheduler", self.overrides.get("scheduler", "?")))
+
+    def requests(self) -> pa.Table:
+        """The job's per-request records (read once)."""
+        if self._requests is None:
+            self._requests = pq.read_table(self.path / REQUESTS_FILE)
+        return self._requests
+
+    def steps(self) -> pa.Table:
+        """The job's per-step records (read once)."""
+        if self._steps is None:
+            self._steps = pq.read_table(self.path / STEPS_FILE)
+        return self._steps
+
+
+def _overrides(job_dir: Path) -> dict[str, str]:
+    p = job_dir / ".hydra" / "overrides.yaml"
+    if not p.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for item in yaml.safe_load(p.read_text()) or []:
+        key, sep, value = str(item).partition("=")
+        if sep:
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def load_sweep(sweep_dir: str | Path) -> list[Job]:
+    """Every job folder under `sweep_dir` that holds a summary.json, by job number."""
+    root = Path(sweep_dir)
+    jobs: list[Job] = []
+    for summary in sorted(root.glob(f"*/{SUMMARY_FILE}")):
+        d = summary.parent
+        try:
+            num = int(d.name.split("_")[0])
+        except ValueError:
+            num = len(jobs)
+        jobs.append(Job(d, num, _overrides(d), json.loads(summary.read_text())))
+    if not jobs:
+        raise FileNotFoundError(f"{root}: no job folder with a {SUMMARY_FILE}")
+    return sorted(jobs, key=lambda j: j.num)
+
+
+def varied_params(jobs: Sequence[Job]) -> list[str]:
+    """Override keys whose value is not the same in every job, in first-seen order."""
+    keys: dict[str, None] = {}
+    for j in jobs:
+        keys.update(dict.fromkeys(j.overrides))
+    return [k for k in keys if len({j.overrides.get(k) for j in jobs}) > 1]
+
+
+def fixed_params(jobs: Sequence[Job]) -> dict[str, str]:
+    """Override keys with the same value in every job."""
+    varied = set(varied_params(jobs))
+    return {k: v for k, v in jobs[0].overrides.items() if k not in varied}
+
+
+def _label(job: Job, params: Sequence[str]) -> str:
+    parts = [job.overrides.get(p, "-") if p == "scheduler" else
+             f"{p.split('.')[-1]}={job.overrides.get(p, '-')}" for p in params]
+    return " ".join(parts) or job.scheduler
+
+
+def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
+                     ) -> pd.DataFrame:
+    """One row per job: job number, the varied parameters, scheduler, the metrics."""
+    params = list(varied_params(jobs) if params is None else params)
+    rows = []
+    for j in jobs:
+        row: dict[str, Any] = {"job": j.num}
+        row.update({p: j.overrides.get(p) for p in params})
+        row["scheduler"] = j.scheduler
+        row["status"] = j.summary.get("status", "ok")
+        row.update({m: j.summary.get(m) for m in COMPARISON_METRICS})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for p in params:
+        num = pd.to_numeric(df[p], errors="coerce")
+        if num.notna().all():
+            df[p] = num
+    return df
+
+
+def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None) -> pd.DataFrame:
+    """`SIDE_BY_SIDE` metrics as rows, one column per job named by its varied parameters."""
+    params = list(varied_params(jobs) if params is None else params)
+    rows = list(SIDE_BY_SIDE)
+    if any(j.summary.get("status", "ok") != "ok" for j in jobs):
+        rows.insert(0, ("status", "Status"))
+    data = {_label(j, params): [j.summary.get(k, "ok" if k == "status" else None)
+                                for k, _ in rows] for j in jobs}
+    return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
+
+
+def scheduler_pivot(frame: pd.DataFrame, params: Sequence[str],
+                    metrics: Sequence[str] = PIVOT_METRICS) -> pd.DataFrame | None:
+    """One row per setting of the non-scheduler parameters, each metric per scheduler
+    (`<metric>[<scheduler>]`); None unless the sweep varies the scheduler and more."""
+    others = [p for p in params if p != "scheduler"]
+    if "scheduler" not in params or not others:
+        return None
+    scheds = list(dict.fromkeys(frame["scheduler"]))
+    wide = frame.pivot_table(index=others, columns="scheduler", values=list(metrics),
+                             aggfunc="first", dropna=False)
+    order = [(m, s) for m in metrics for s in scheds if (m, s) in wide.columns]
+    wide = wide[order]
+    wide.columns = [f"{m}[{s}]" for m, s in order]
+    for (m, _s), col in zip(order, list(wide.columns), strict=True):
+        if pd.api.types.is_integer_dtype(frame[m]):
+            wide[col] = wide[col].astype("Int64")  # pivoting made the counts floats
+    return wide.reset_index()
+
+
+def _fmt(v: Any) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int | np.integer):
+        return str(int(v))
+    if isinstance(v, float | np.floating):
+        x = float(v)
+        if x != 0 and abs(x) < 0.01:
+            return f"{x:.2e}"
+        if abs(x) < 10:
+            return f"{x:.3f}"
+        if abs(x) < 1000:
+            return f"{x:.1f}"
+        return f"{x:,.0f}"
+    return str(v)
+
+
+def markdown(df: pd.DataFrame, index: bool = False) -> str:
+    """A GitHub Markdown table of `df` (numbers rounded for reading)."""
+    cols = ([str(df.index.name or "")] if index else []) + [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for idx, row in df.iterrows():
+        cells = ([str(idx)] if index else []) + [_fmt(v) for v in row.tolist()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def text_table(df: pd.DataFrame) -> str:
+    """`df` (metrics as rows) as an aligned plain-text table for the terminal."""
+    cols = [str(c) for c in df.columns]
+    names = [str(i) for i in df.index]
+    cells = [[_fmt(v) for v in row] for row in df.itertuples(index=False)]
+    corner = str(df.index.name or "")
+    w0 = max([len(n) for n in names] + [6, len(corner)])
+    widths = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(cols)]
+    head = corner.ljust(w0) + "  " + "  ".join(c.rjust(w) for c, w in
+                                               zip(cols, widths, strict=True))
+    out = [head, "-" * len(head)]
+    for n, r in zip(names, cells, strict=True):
+        out.append(n.ljust(w0) + "  " + "  ".join(v.rjust(w) for v, w in
+                                                   zip(r, widths, strict=True)))
+    return "\n".join(out)
+
+
+TERMINAL_PIVOT: tuple[tuple[str, str], ...] = (
+    ("num_preemptions", "evictions"),
+    ("preempted_request_share", "evicted"),
+    ("median_e2el_ms", "E2EL p50"),
+    ("p99_e2el_ms", "E2EL p99"),
+    ("median_e2el_victim_ms", "victims p50"),
+)
+MAX_SIDE_BY_SIDE_COLUMNS = 6
+
+
+def terminal_summary(jobs: Sequence[Job]) -> str:
+    """What the callback prints: the side-by-side table, or, for a sweep with more jobs
+    than fit a terminal, one row per setting of the other parameters with a few metrics
+    per scheduler."""
+    params = varied_params(jobs)
+    if len(jobs) <= MAX_SIDE_BY_SIDE_COLUMNS:
+        return text_table(side_by_side(jobs, params))
+    frame = comparison_frame(jobs, params)
+    pivot = scheduler_pivot(frame, params, [m for m, _ in TERMINAL_PIVOT])
+    if pivot is None:
+        cols = ["job", *params, "status", *[m for m, _ in TERMINAL_PIVOT]]
+        table = frame[[c for c in cols if c in frame]]
+    else:
+        table = pivot
+        short = dict(TERMINAL_PIVOT)
+        table.columns = [_short(str(c), short) for c in table.columns]
+    table = table.set_index(table.columns[0])
+    table.index.name = str(table.index.name).split(".")[-1]
+    return text_table(table)
+
+
+def _short(col: str, names: dict[str, str]) -> str:
+    metric, _, sched = col.partition("[")
+    if metric in names and sched:
+        return f"{sched.rstrip(']')} {names[metric]}"
+    return col.split(".")[-1]
+
+
+def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
+    """The varied numeric parameter that best reads as "load" (rate, scale, capacity)."""
+    numeric = [p for p in params if p != "scheduler" and pd.api.types.is_numeric_dtype(
+        frame[p])]
+    for word in _LOAD_WORDS:
+        for p in numeric:
+            if word in p.split(".")[-1]:
+                return p
+    return numeric[0] if numeric else None
+
+
+def _series(jobs: Sequence[Job], params: Sequence[str]) -> list[Any]:
+    from experiments.figures import JobSeries
+
+    others = [p for p in params if p != "scheduler"]
+    return [JobSeries.from_tables(j.requests(), j.steps(), j.scheduler,
+                                  _label(j, others) if others else j.scheduler,
+                                  int(j.summary.get("kv_capacity_tokens") or 1))
+            for j in jobs if (j.path / REQUESTS_FILE).is_file()]  # failed jobs have none
+
+
+def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
+                  out: Path, load_param: str | None = None, title: str = "") -> dict[str, Path]:
+    """The sweep's four figures (see the module docstring)."""
+    from experiments.figures import kv_over_time, latency_cdfs, metric_vs_load, victims_vs_others
+
+    x = load_param or pick_load_param(params, frame)
+    others = [p for p in params if p not in ("scheduler", x)]
+    series = ["scheduler", *others]
+    js = _series(jobs, params)
+    paths = {
+        "latency_cdf": latency_cdfs(js, out / "latency_cdf.png", title),
+        "preemptions_vs_load": metric_vs_load(
+            frame, x, [("preemptions_per_1k_requests", "evictions per 1,000 requests"),
+                       ("preempted_request_share", "share of requests evicted"),
+                       ("recomputed_token_share", "recomputed share of prefill"),
+                       ("prefix_recovery_on_resume", "prefix recovery on resume")],
+            out / "preemptions_vs_load.png", series, title),
+        "victims_vs_others": victims_vs_others(frame, x, out / "victims_vs_others.png",
+                                               series, title),
+        "kv_over_time": kv_over_time(js, out / "kv_over_time.png", title),
+    }
+    return paths
+
+
+def headline(frame: pd.DataFrame, params: Sequence[str], columns: Sequence[str]
+             ) -> pd.DataFrame:
+    """The metrics `columns` only: per scheduler (`scheduler_pivot`) when the sweep varies
+    the scheduler and more, else one row per job with the varied parameters."""
+    pivot = scheduler_pivot(frame, params, columns)
+    if pivot is not None:
+        return pivot
+    keep = ["job", *[p for p in params if p != "scheduler"], "scheduler", "status", *columns]
+    return frame[[c for c in keep if c in frame]]
+
+
+def _configured_load_param(sweep_dir: Path) -> str | None:
+    """`hydra.callbacks.comparison.load_param` of the sweep's multirun.yaml, if set."""
+    p = sweep_dir / "multirun.yaml"
+    if not p.is_file():
+        return None
+    cfg = yaml.safe_load(p.read_text()) or {}
+    value = (((cfg.get("hydra") or {}).get("callbacks") or {}).get("comparison") or {}).get(
+        "load_param")
+    return str(value) if value else None
+
+
+def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
+                 figures: bool = True, load_param: str | None = None,
+                 title: str = "", columns: Sequence[str] | None = None) -> dict[str, Path]:
+    """Write the comparison tables and figures of a sweep (see the module docstring);
+    with `columns`, also `headline.csv` / `.md` (see `headline`)."""
+    jobs = load_sweep(sweep_dir)
+    out = Path(out_dir) if out_dir is not None else Path(sweep_dir)
+    params = varied_params(jobs)
+    load_param = load_param or _configured_load_param(Path(sweep_dir))
+    frame = comparison_frame(jobs, params)
+    fixed = fixed_params(jobs)
+    head = f"# {title or 'Sweep'}: {len(jobs)} jobs\n\n"
+    if fixed:
+        head += "Fixed overrides: " + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + "\n\n"
+    if params:
+        head += "Varied: " + ", ".join(f"`{p}`" for p in params) + "\n\n"
+    paths: dict[str, Path] = {}
+    paths["comparison.csv"] = write_text(frame.to_csv(index=False), out / "comparison.csv")
+    paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")
+    sbs = side_by_side(jobs, params)
+    sbs.index.name = "metric"
+    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True),
+                                          out / "side_by_side.md")
+    pivot = scheduler_pivot(frame, params)
+    if pivot is not None:
+        paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),
+                                               out / "by_scheduler.csv")
+        paths["by_scheduler.md"] = write_text(head + markdown(pivot), out / "by_scheduler.md")
+    if columns:
+        unknown = sorted(set(columns) - set(COMPARISON_METRICS))
+        if unknown:
+            raise ValueError(f"report: unknown column(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(COMPARISON_METRICS)}")
+        top = headline(frame, params, columns)
+        paths["headline.csv"] = write_text(top.to_csv(index=False), out / "headline.csv")
+        paths["headline.md"] = write_text(head + markdown(top), out / "headline.md")
+    if figures:
+        for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
+            paths[f"{k}.png"] = p
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line: write the report of a sweep folder."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweep_dir")
+    ap.add_argument("--out", default=None, help="folder for tables and figures")
+    ap.add_argument("--load-param", default=None,
+                    help="override key on the figures' x axis (default: the sweep's "
+                         "hydra.callbacks.comparison.load_param, else guessed)")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--no-figures", action="store_true")
+    ap.add_argument("--columns", default="",
+                    help="comma-separated metrics for headline.csv/.md")
+    args = ap.parse_args(argv)
+    columns = [c for c in args.columns.split(",") if c]
+    paths = write_report(args.sweep_dir, args.out, not args.no_figures, args.load_param,
+                         args.title, columns or None)
+    print(terminal_summary(load_sweep(args.sweep_dir)))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Replays of real traces: the Azure 2023 CSVs and the Mooncake JSONL files.
+
+The trace folder is `trace_dir` (config `workload.trace_dir`; when unset, the environment
+variable `SCHEDBENCH_TRACE_DIR`, else `data/traces`); `file` is relative to it. The whole file
+is read and validated (`experiments.traces`) before any request is built, so a malformed row
+fails before the run with its file, line, field and value. Then `transforms.apply_transforms`
+picks and rescales the requests and `transforms.output_spec` sets their `max_tokens`.
+
+Prompts: Azure rows carry lengths only, so prompts are seeded random ids (no sharing).
+Mooncake rows name their 512-token blocks; with `share_prefixes` every block id becomes the
+same 512 tokens wherever it appears (`experiments.traces.mooncake_block_tokens`), so prefix
+caches see the trace's sharing; without, every request gets its own random ids (same lengths,
+nothing shared). Mooncake's conversation trace stamps arrivals in ~3 s ticks; `tick_s` spreads
+the requests of a tick uniformly over it (seeded, order kept).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.traces import (
+    MOONCAKE_BLOCK_TOKENS,
+    TraceRecord,
+    mooncake_block_tokens,
+    read_trace,
+    spread_ticks,
+)
+from experiments.workloads.parse import parse_params
+from experiments.workloads.tokens import random_tokens
+from experiments.workloads.transforms import ReplayOptions, apply_transforms, output_spec
+from schedulers.contract import Request
+
+TRACE_DIR_ENV = "SCHEDBENCH_TRACE_DIR"
+DEFAULT_TRACE_DIR = "data/traces"
+
+
+def trace_path(trace_dir: str | None, file: str) -> Path:
+    """`file` inside the trace folder (see the module docstring); absolute files stay."""
+    p = Path(file)
+    if not p.is_absolute():
+        base = trace_dir or os.environ.get(TRACE_DIR_ENV) or DEFAULT_TRACE_DIR
+        p = Path(base) / p
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"trace file {p} does not exist (workload.trace_dir={trace_dir!r}; run "
+            f"scripts/fetch_traces.sh, or point workload.trace_dir or ${TRACE_DIR_ENV} at a "
+            "folder holding the traces)")
+    return p
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AzureWorkload(ReplayOptions):
+    """An Azure LLM inference 2023 trace (`file`: conv or code CSV) and its transforms."""
+
+    file: str = "azure2023/AzureLLMInferenceTrace_conv.csv"
+    trace_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        ReplayOptions.__post_init__(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MooncakeWorkload(ReplayOptions):
+    """A Mooncake FAST'25 trace (`file`: JSONL) and its transforms (see the module
+    docstring for `share_prefixes` and `tick_s`)."""
+
+    file: str = "mooncake/synthetic_trace.jsonl"
+    trace_dir: str | None = None
+    share_prefixes: bool = True
+    tick_s: float | None = None
+
+    def __post_init__(self) -> None:
+        ReplayOptions.__post_init__(self)
+        if self.tick_s is not None and not self.tick_s > 0:
+            raise ValueError(f"workload: tick_s={self.tick_s!r}: must be positive (or null)")
+
+
+def build_requests(records: Sequence[TraceRecord], opts: ReplayOptions,
+                   prompt: Callable[[int, TraceRecord], list[int]]) -> list[Request]:
+    """Requests `r0 ..` from transformed records; `prompt(i, record)` gives the token ids."""
+    reqs: list[Request] = []
+    for i, rec in enumerate(records):
+        spec = output_spec(rec.output_length, opts.max_tokens_policy, opts.max_tokens)
+        reqs.append(Request(
+            request_id=f"r{i}",
+            prompt_token_ids=prompt(i, rec),
+            max_tokens=spec.max_tokens,
+            arrival_time=rec.arrival_s,
+            ignore_eos=spec.ignore_eos,
+            eos_output_len=spec.eos_output_len,
+            eos_token_id=opts.eos_token_id,
+        ))
+    return reqs
+
+
+def random_prompts(opts: ReplayOptions) -> Callable[[int, TraceRecord], list[int]]:
+    """Seeded random prompt ids of each record's length, drawn in request order."""
+    rng = np.random.default_rng(np.random.SeedSequence(opts.seed).spawn(2)[1])
+    return lambda _i, rec: random_tokens(rng, rec.input_length, opts.vocab_size)
+
+
+def azure_workload(w: AzureWorkload) -> list[Request]:
+    """The requests of an Azure trace replay."""
+    records = list(read_trace("azure", trace_path(w.trace_dir, w.file)))
+    return build_requests(apply_transforms(records, w), w, random_prompts(w))
+
+
+def mooncake_workload(w: MooncakeWorkload) -> list[Request]:
+    """The requests of a Mooncake trace replay."""
+    records: Sequence[TraceRecord] = list(read_trace("mooncake", trace_path(w.trace_dir,
+                                                                            w.file)))
+    if w.tick_s is not None:
+        records = list(spread_ticks(records, w.tick_s, w.seed))
+    records = apply_transforms(records, w)
+    if not w.share_prefixes:
+        return build_requests(records, w, random_prompts(w))
+    blocks: dict[int, list[int]] = {}
+
+    def prompt(_i: int, rec: TraceRecord) -> list[int]:
+        tokens: list[int] = []
+        for hid in rec.hash_ids or ():
+            block = blocks.get(hid)
+            if block is None:
+                block = blocks[hid] = mooncake_block_tokens(hid, MOONCAKE_BLOCK_TOKENS,
+                                                            w.vocab_size)
+            tokens.extend(block)
+            if len(tokens) >= rec.input_length:
+                break
+        del tokens[rec.input_length:]
+        return tokens
+
+    return build_requests(records, w, prompt)
+
+
+def azure_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:
+    """Build the workload of a `name: azure` config mapping."""
+    return azure_workload(parse_params(AzureWorkload, cfg, seed))
+
+
+def mooncake_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:
+    """Build the workload of a `name: mooncake` config mapping."""
+    return mooncake_workload(parse_params(MooncakeWorkload, cfg, seed))

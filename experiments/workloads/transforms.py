@@ -1,0 +1,121 @@
+"""Transformations of a replayed trace: which requests, how fast, how long their outputs.
+
+Applied in this order by `apply_transforms`: a time window on the trace's own clock and/or the
+first N requests, a limit on prompt length (drop or clip), then rate scaling (arrival gaps
+divided by `rate_scale`, the first kept request at t=0). `output_spec` applies a `max_tokens`
+policy to each recorded output length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from experiments.traces import TraceRecord
+
+MAX_TOKENS_POLICIES = ("trace", "fixed", "cap_eos")
+LONG_INPUT_POLICIES = ("drop", "clip")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayOptions:
+    """What every replayed workload shares (see the module docstring).
+
+    `time_window` [start, end) keeps requests whose trace arrival falls inside it (seconds
+    from the trace's first request); `max_requests` then keeps the first N. `max_input_len`
+    with `long_inputs` drops or clips longer prompts. `rate_scale` > 1 compresses the arrival
+    gaps (more load). `max_tokens_policy` and `max_tokens`: see `output_spec`.
+    """
+
+    seed: int = 0
+    time_window: list[float] | None = None
+    max_requests: int | None = None
+    rate_scale: float = 1.0
+    max_input_len: int | None = None
+    long_inputs: str = "drop"
+    max_tokens_policy: str = "trace"
+    max_tokens: int | None = None
+    vocab_size: int = 32000
+    eos_token_id: int = 2
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"workload: {name}={getattr(self, name)!r}: {why}")
+
+        w = self.time_window
+        if w is not None and (len(w) != 2 or not w[0] < w[1] or w[0] < 0):
+            raise bad("time_window", "must be [start, end] seconds with 0 <= start < end")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise bad("max_requests", "must be at least 1 (or null for all)")
+        if not self.rate_scale > 0:
+            raise bad("rate_scale", "must be positive")
+        if self.max_input_len is not None and self.max_input_len < 1:
+            raise bad("max_input_len", "must be at least 1 (or null for no limit)")
+        if self.long_inputs not in LONG_INPUT_POLICIES:
+            raise bad("long_inputs", f"valid: {', '.join(LONG_INPUT_POLICIES)}")
+        if self.max_tokens_policy not in MAX_TOKENS_POLICIES:
+            raise bad("max_tokens_policy", f"valid: {', '.join(MAX_TOKENS_POLICIES)}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise bad("max_tokens", "must be at least 1")
+        if self.max_tokens_policy != "trace" and self.max_tokens is None:
+            raise bad("max_tokens", f"max_tokens_policy={self.max_tokens_policy!r} needs a "
+                      "max_tokens cap")
+        if self.vocab_size < 16:
+            raise bad("vocab_size", "must be at least 16")
+
+
+def apply_transforms(records: Sequence[TraceRecord], opts: ReplayOptions
+                     ) -> list[TraceRecord]:
+    """Window, first N, prompt-length limit and rate scaling, in that order (see the module
+    docstring). Raises ValueError when nothing is left."""
+    out = list(records)
+    if opts.time_window is not None:
+        lo, hi = opts.time_window
+        out = [r for r in out if lo <= r.arrival_s < hi]
+    if opts.max_requests is not None:
+        out = out[:opts.max_requests]
+    if opts.max_input_len is not None:
+        cap = opts.max_input_len
+        if opts.long_inputs == "drop":
+            out = [r for r in out if r.input_length <= cap]
+        else:
+            out = [r if r.input_length <= cap else replace(r, input_length=cap) for r in out]
+    if not out:
+        raise ValueError(f"workload: no request left after time_window={opts.time_window!r}, "
+                         f"max_requests={opts.max_requests!r}, "
+                         f"max_input_len={opts.max_input_len!r}")
+    t0 = out[0].arrival_s
+    scale = opts.rate_scale
+    return [replace(r, arrival_s=(r.arrival_s - t0) / scale) for r in out]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """What a request asks for and what it gets: the client's `max_tokens`, the output length
+    at which the model emits EOS, and whether EOS is ignored (fixed-length benchmarks)."""
+
+    max_tokens: int
+    eos_output_len: int
+    ignore_eos: bool
+
+
+def output_spec(length: int, policy: str, cap: int | None) -> OutputSpec:
+    """Apply a `max_tokens` policy to a recorded output length.
+
+    trace:   max_tokens = the recorded length (clipped to `cap` when one is set), EOS ignored:
+             every request produces exactly that many tokens and the scheduler knows it.
+    fixed:   max_tokens = `cap` for every request, EOS ignored: each produces `cap` tokens.
+    cap_eos: max_tokens = `cap`, the model emits EOS at min(recorded length, cap); the
+             scheduler sees only the cap (what a chat client sends).
+    """
+    if policy == "trace":
+        n = min(length, cap) if cap is not None else length
+        return OutputSpec(n, n, True)
+    if cap is None:
+        raise ValueError(f"max_tokens_policy={policy!r} needs max_tokens (the cap)")
+    if policy == "fixed":
+        return OutputSpec(cap, cap, True)
+    if policy == "cap_eos":
+        return OutputSpec(cap, min(length, cap), False)
+    raise ValueError(f"max_tokens_policy={policy!r}: unknown; valid: "
+                     f"{', '.join(MAX_TOKENS_POLICIES)}")

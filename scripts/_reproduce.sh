@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Shared body of scripts/reproduce_*.sh: run one experiment preset as a Hydra multirun (joblib,
+# 2 workers, W&B offline), then write its tables and figures to results/<name>/.
+#   scripts/_reproduce.sh NAME "TITLE" COLUMNS [Hydra overrides...]
+# COLUMNS: the comma-separated metrics of results/<name>/headline.md.
+# The raw job folders (parquet, summary.json, .hydra/, wandb/) go to results/<name>/runs/,
+# which git ignores. Traces come from $SCHEDBENCH_TRACE_DIR, else data/traces
+# (scripts/fetch_traces.sh downloads them there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=$1
+title=$2
+columns=$3
+shift 3
+py=${PYTHON:-.venv/bin/python}
+out=results/$name
+runs=$out/runs
+export CI=${CI:-true}  # no progress bars in the workers
+"$py" - <<'PY'
+from experiments.workloads.replay import trace_path
+for f in ("azure2023/AzureLLMInferenceTrace_conv.csv", "azure2023/AzureLLMInferenceTrace_code.csv",
+          "mooncake/synthetic_trace.jsonl"):
+    trace_path(None, f)  # fails with the folder to fix when a trace is missing
+PY
+rm -rf "$runs"
+start=$SECONDS
+"$py" -m experiments.run -m "experiment=$name" logger=wandb "hydra.sweep.dir=$runs" \
+    hydra.callbacks.comparison.figures=false "$@"
+"$py" -m experiments.report "$runs" --out "$out" --title "$title" --columns "$columns"
+echo "$name: $((SECONDS - start)) s wall; tables and figures in $out, raw runs in $runs"

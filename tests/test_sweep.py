@@ -1,0 +1,124 @@
+"""Hydra multiruns: the comparison callback, the W&B offline runs, typo overrides, presets."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from experiments.config import register_configs
+from experiments.wandb_log import offline_runs, read_offline_run
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["workload.num_requests=24", "workload.request_rate=200", "kv_capacity_tokens=4096",
+        "workload.prompt_len.mean=200", "workload.output_len.mean=40"]
+
+
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "CI": "true"})
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def sglang_available() -> bool:
+    try:
+        from schedulers.sglang import SglangScheduler  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not sglang_available(), reason="schedulers.sglang not available")
+def test_default_multirun_compares_both_schedulers_and_logs_wandb(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run("-m", f"hydra.sweep.dir={sweep}", "logger=wandb", *TINY)
+    # the callback: one row per job, the varied parameter as a column
+    with open(sweep / "comparison.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["scheduler"] for r in rows] == ["vllm", "sglang"]
+    assert all(r["completed"] == "24" and r["status"] == "ok" for r in rows)
+    md = (sweep / "comparison.md").read_text()
+    assert "Varied: `scheduler`" in md and "| job | scheduler |" in md
+    side = (sweep / "side_by_side.md").read_text()
+    assert "| metric | vllm | sglang |" in side and "Share of requests evicted" in side
+    assert "Median TTFT (ms)" in proc.stdout and "P99 E2EL (ms)" in proc.stdout
+    for fig in ("latency_cdf", "preemptions_vs_load", "victims_vs_others", "kv_over_time"):
+        assert (sweep / f"{fig}.png").read_bytes()[:4] == b"\x89PNG"
+    # one offline W&B run per job, in the job folder, grouped by the sweep
+    for job, sched in ((0, "vllm"), (1, "sglang")):
+        runs = offline_runs(sweep / str(job))
+        assert len(runs) == 1
+        wb = read_offline_run(runs[0])
+        summary = json.loads((sweep / str(job) / "summary.json").read_text())
+        assert wb.group == str(sweep) and wb.project == "schedbench"
+        assert wb.config["scheduler.name"] == sched and wb.config["kv_capacity_tokens"] == 4096
+        assert wb.config["workload.num_requests"] == 24
+        assert wb.summary["completed"] == 24
+        assert wb.summary["median_e2el_ms"] == pytest.approx(summary["median_e2el_ms"])
+        assert "requests" in wb.history_keys
+        tables = [f for f in wb.files if f.startswith("media/table/requests")]
+        assert tables and any(f.startswith("media/images/figures/") for f in wb.files)
+        table = json.loads((runs[0] / "files" / tables[0]).read_text())
+        assert len(table["data"]) == 24 and "e2el_ms" in table["columns"]
+
+
+def test_typo_in_an_override_fails_with_the_valid_keys(tmp_path: Path) -> None:
+    proc = run(f"hydra.run.dir={tmp_path}", "scheduler.max_seqs=4", check=False)
+    assert proc.returncode != 0
+    assert ("override 'scheduler.max_seqs=4': scheduler has no key 'max_seqs'; valid keys: "
+            "block_size, enable_prefix_caching") in proc.stderr
+    assert "max_num_seqs" in proc.stderr
+    assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.fixture
+def hydra_conf() -> object:
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        yield compose
+    GlobalHydra.instance().clear()
+
+
+def test_type_errors_and_defaults_compose(hydra_conf: object) -> None:
+    cfg = compose(config_name="config")
+    assert cfg.scheduler.name == "vllm" and cfg.workload.name == "synthetic"
+    assert cfg.slo.ttft == 2000 and cfg.logger.name == "none"
+    for override, why in (("kv_capacity_tokens=lots", "could not be converted to Integer"),
+                          ("progress=sometimes", "expected one of [auto, on, off]"),
+                          ("workload.request_rate=fast", "could not be converted to Float")):
+        with pytest.raises(Exception, match=f"Error merging override {override}") as e:
+            compose(config_name="config", overrides=[override])
+        assert why in str(e.value.__cause__)
+
+
+@pytest.mark.parametrize("preset", ["preemption", "prefix_recovery", "victim_choice"])
+def test_experiment_presets_compose_and_sweep_existing_keys(hydra_conf: object,
+                                                            preset: str) -> None:
+    cfg = compose(config_name="config", overrides=[f"experiment={preset}"],
+                  return_hydra_config=True)
+    assert cfg.name == preset and cfg.on_error.name == "record"
+    raw = OmegaConf.to_container(cfg.hydra.sweeper.params)
+    assert isinstance(raw, dict) and raw
+    params = {str(k): str(v) for k, v in raw.items()}
+    groups = {k: v.split(",")[0] for k, v in params.items() if "." not in k}
+    job = compose(config_name="config", overrides=[f"experiment={preset}",
+                                                   *[f"{k}={v}" for k, v in groups.items()]])
+    for key in params:
+        node: Any = job
+        for part in key.split("."):
+            assert part in node, f"{preset}: swept key {key} is not in the config"
+            node = node[part]
+    assert cfg.hydra.launcher.n_jobs == 2

@@ -153,7 +153,12 @@ class Scheduler(Protocol):
 
 @dataclass(slots=True)
 class SchedulerStats:
-    """Occupancy after the last step, in token slots and requests."""
+    """Occupancy after the last step, in token slots and requests.
+
+    `kv_used_tokens`: slots held by live requests (including cached prefixes they share);
+    `kv_cached_tokens`: slots held only by the prefix cache, evictable on demand (vLLM's free
+    hashed blocks, SGLang's evictable radix nodes). Free = capacity - used - cached.
+    """
 
     num_running: int
     num_waiting: int

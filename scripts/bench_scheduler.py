@@ -2,7 +2,7 @@
 """Per-step cost of our schedulers against the real ones, same setup, same run.
 
     python scripts/bench_scheduler.py [--num-reqs 256] [--steps 300]
-        [--vllm-oracle ~/oracle-vllm/bin/python]
+        [--vllm-oracle ~/oracle-vllm/bin/python] [--sglang-oracle-venv ~/oracle-sglang]
 
 vLLM: `num_reqs` requests with 32-token prompts all decoding (the setup of the oracle's
 `drive.py bench`: a pool large enough that nothing is preempted, budget for every request);
@@ -10,11 +10,16 @@ we time `schedule()` + `update_from_output()` per step, excluding the fake model
 the median and p90 in microseconds. When the vLLM oracle venv exists, the real vLLM v0.32.0
 Scheduler is timed on the same setup by `drive.py bench` (with and without log_stats), and the
 ratio ours / real is printed (below 1.0: ours is faster).
+
+SGLang: 256 requests decoding (the setup of scripts/bench_sglang.py); ours `schedule()` +
+`update_from_output()` against the real SGLang v0.5.22 components driven by the oracle's
+`Oracle` (`get_next_batch_to_run()` + `run_batch()`) when the SGLang oracle venv exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -33,6 +38,16 @@ from schedulers.vllm import VllmScheduler, VllmSchedulerConfig  # noqa: E402
 
 VLLM_DRIVER = ROOT.parent / "shared" / "oracles" / "vllm" / "drive.py"
 DEFAULT_VLLM_ORACLE = Path.home() / "oracle-vllm" / "bin" / "python"
+DEFAULT_SGLANG_ORACLE = Path.home() / "oracle-sglang"
+
+
+def _bench_sglang_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("bench_sglang",
+                                                  ROOT / "scripts" / "bench_sglang.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def summarize(samples_us: list[float]) -> dict[str, float]:
@@ -107,6 +122,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3, help="best median of this many runs")
     ap.add_argument("--vllm-oracle", type=Path, default=DEFAULT_VLLM_ORACLE)
+    ap.add_argument("--sglang-oracle-venv", type=Path, default=DEFAULT_SGLANG_ORACLE)
     args = ap.parse_args()
 
     def best(fn) -> dict[str, float] | None:
@@ -119,6 +135,12 @@ def main() -> None:
         label = f"real v0.32.0 (log_stats={log_stats})"
         rows.append(("vllm", label, best(
             lambda ls=log_stats: bench_real_vllm(args.vllm_oracle, args.num_reqs, args.steps, ls))))
+    sg = _bench_sglang_module()
+    sglang_rows = [("sglang", "ours", best(lambda: sg.bench_ours(args.steps)))]
+    venv = args.sglang_oracle_venv
+    sglang_rows.append(("sglang", "real v0.5.22 components", best(
+        lambda: sg.bench_oracle(venv, ROOT.parent / "shared" / "oracles" / "sglang", args.steps)
+        if (venv / "bin" / "python").exists() else None)))
     print(f"schedule() + update_from_output() per step, {args.num_reqs} requests decoding, "
           f"{args.steps} steps, best of {args.repeats}")
     print(f"{'scheduler':10s} {'implementation':34s} {'median us':>10s} {'p90 us':>10s}")
@@ -127,10 +149,17 @@ def main() -> None:
             print(f"{sched:10s} {impl:34s} {'(oracle not installed)':>21s}")
         else:
             print(f"{sched:10s} {impl:34s} {res['median_us']:10.1f} {res['p90_us']:10.1f}")
-    ours = rows[0][2]
-    for _, impl, res in rows[1:]:
-        if ours and res:
-            print(f"ratio ours / {impl}: {ours['median_us'] / res['median_us']:.3f} (median)")
+    for sched, impl, res in sglang_rows:
+        if res is None:
+            print(f"{sched:10s} {impl:34s} {'(oracle not installed)':>21s}")
+        else:
+            print(f"{sched:10s} {impl:34s} {res['median_us']:10.1f} {res['p90_us']:10.1f}")
+    for table in (rows, sglang_rows):
+        ours = table[0][2]
+        for sched, impl, res in table[1:]:
+            if ours and res:
+                print(f"{sched} ratio ours / {impl}: "
+                      f"{ours['median_us'] / res['median_us']:.3f} (median)")
 
 
 if __name__ == "__main__":

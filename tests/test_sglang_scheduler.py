@@ -146,4 +146,5 @@ def test_stats() -> None:
     step(s, run)
     st = s.stats()
     assert (st.num_running, st.num_waiting, st.kv_capacity_tokens) == (1, 0, 200)
-    assert st.kv_used_tokens == 20 and st.kv_cached_tokens == 20
+    # the prompt's slots are locked by the running request: used, not evictable cache
+    assert st.kv_used_tokens == 20 and st.kv_cached_tokens == 0

@@ -377,10 +377,13 @@ class SglangScheduler:
 
     def stats(self) -> SchedulerStats:
         capacity = self.config.kv_capacity_tokens
+        evictable = self.tree_cache.evictable_size()
         return SchedulerStats(
             num_running=sum(1 for r in self._live.values() if r.req_pool_idx is not None),
             num_waiting=len(self.waiting_queue),
             kv_capacity_tokens=capacity,
-            kv_used_tokens=capacity - self.allocator.available_size(),
-            kv_cached_tokens=self.tree_cache.evictable_size() + self.tree_cache.protected_size(),
+            # held by live requests (their private slots and the prefixes they lock); the
+            # evictable radix cache counts as cached, as vLLM's free hashed blocks do
+            kv_used_tokens=capacity - self.allocator.available_size() - evictable,
+            kv_cached_tokens=evictable,
         )

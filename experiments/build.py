@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from engines.cost_model import FittedCostModel
 from engines.executors.base import Executor
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
@@ -131,6 +133,37 @@ def build_hardware(cfg_hardware: Mapping[str, Any] | DictConfig) -> HardwareSpec
     return construct(HardwareSpec, "hardware", d)
 
 
+COST_MODELS = ("roofline", "profile")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_cost_model(kind: str, profile: str | None) -> FittedCostModel | None:
+    """The sim executor's cost model: None for "roofline" (the executor builds it from the
+    model and hardware), a `FittedCostModel` fitted to `profile` for "profile"."""
+    if kind == "roofline":
+        return None
+    if kind != "profile":
+        raise ValueError(f"executor.cost_model={kind!r}: unknown; valid: "
+                         f"{', '.join(COST_MODELS)}")
+    if not profile:
+        raise ValueError("executor (sim): cost_model=profile needs executor.profile: a JSON "
+                         "file from scripts/profile_executor.py (e.g. conf/profiles/*.json)")
+    path = Path(profile)
+    if not path.is_absolute() and not path.exists():
+        path = PROJECT_ROOT / path
+    return FittedCostModel.from_profile(path)
+
+
+def cost_model_summary(cfg_executor: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
+    """What goes into summary.json about the step-time model of a run."""
+    d = as_dict(cfg_executor)
+    if d.get("name") != "sim":
+        return {"cost_model": "measured"}
+    kind = d.get("cost_model", "roofline")
+    return {"cost_model": kind, "cost_model_profile": d.get("profile") if kind == "profile"
+            else None}
+
+
 def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpec,
                    hardware: HardwareSpec, num_slots: int | None = None) -> Executor:
     """The executor named by `cfg_executor.name`: "sim" (cost model) or "real" (a checkpoint
@@ -138,9 +171,12 @@ def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpe
     d = as_dict(cfg_executor)
     name = d.pop("name", None)
     if name == "sim":
+        kind = d.pop("cost_model", "roofline")
+        profile = d.pop("profile", None)
         valid = {"step_overhead_s", "flops_efficiency", "bandwidth_efficiency"}
-        return construct(lambda **kw: SimExecutor(model, hardware, **kw), "executor (sim)", d,
-                         valid)
+        cost_model = build_cost_model(kind, profile)
+        return construct(lambda **kw: SimExecutor(model, hardware, cost_model=cost_model, **kw),
+                         "executor (sim)", d, valid)
     if name == "real":
         from engines.executors.real import RealExecutor, RealExecutorConfig
 

@@ -121,9 +121,17 @@ class WandbConfig:
 
 @dataclass
 class SimExecutorConfig:
-    """The simulated executor (engines/executors/sim.py) and its roofline derating."""
+    """The simulated executor (engines/executors/sim.py) and its cost model.
+
+    `cost_model`: roofline (the model's shape and the hardware's peaks, derated by the
+    efficiencies, plus `step_overhead_s`) or profile (`FittedCostModel` fitted to the
+    measurements of `profile`, a JSON file from scripts/profile_executor.py; a relative path
+    is taken from the project root).
+    """
 
     name: str = "sim"
+    cost_model: str = "roofline"
+    profile: str | None = None
     step_overhead_s: float = 0.002
     flops_efficiency: float = 1.0
     bandwidth_efficiency: float = 1.0

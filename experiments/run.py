@@ -35,6 +35,7 @@ from experiments.build import (
     build_hardware,
     build_model,
     build_scheduler,
+    cost_model_summary,
 )
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.metrics import compute_metrics
@@ -111,6 +112,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         "status": "ok",
         "scheduler": scheduler.name,
         "executor": str(cfg.executor.name),
+        **cost_model_summary(cfg.executor),
         "model": model.name,
         "hardware": hardware.name,
         "workload": str(cfg.workload.name),

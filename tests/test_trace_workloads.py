@@ -183,6 +183,9 @@ def test_lengths_from_a_file(tmp_path: Path) -> None:
 def test_output_spec_policies() -> None:
     assert output_spec(50, "trace", None) == output_spec(50, "trace", 80)
     assert output_spec(50, "trace", 20).max_tokens == 20
+    assert output_spec(50, "trace", None).ignore_eos
+    trace_eos = output_spec(50, "trace_eos", None)
+    assert (trace_eos.max_tokens, trace_eos.eos_output_len, trace_eos.ignore_eos) == (50, 50, False)
     assert (output_spec(50, "cap_eos", 20).eos_output_len,
             output_spec(10, "cap_eos", 20).eos_output_len) == (20, 10)
     with pytest.raises(ValueError, match=r"workload: max_tokens=None: max_tokens_policy='fixed' "

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from experiments.traces import TraceRecord
 
-MAX_TOKENS_POLICIES = ("trace", "fixed", "cap_eos")
+MAX_TOKENS_POLICIES = ("trace", "trace_eos", "fixed", "cap_eos")
 LONG_INPUT_POLICIES = ("drop", "clip")
 
 
@@ -57,7 +57,7 @@ class ReplayOptions:
             raise bad("max_tokens_policy", f"valid: {', '.join(MAX_TOKENS_POLICIES)}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise bad("max_tokens", "must be at least 1")
-        if self.max_tokens_policy != "trace" and self.max_tokens is None:
+        if self.max_tokens_policy in ("fixed", "cap_eos") and self.max_tokens is None:
             raise bad("max_tokens", f"max_tokens_policy={self.max_tokens_policy!r} needs a "
                       "max_tokens cap")
         if self.vocab_size < 16:
@@ -104,13 +104,15 @@ def output_spec(length: int, policy: str, cap: int | None) -> OutputSpec:
 
     trace:   max_tokens = the recorded length (clipped to `cap` when one is set), EOS ignored:
              every request produces exactly that many tokens and the scheduler knows it.
+    trace_eos: the same lengths, but EOS is not ignored: a scheduler that treats ignore_eos
+             requests specially (SGLang reserves their whole output) estimates instead.
     fixed:   max_tokens = `cap` for every request, EOS ignored: each produces `cap` tokens.
     cap_eos: max_tokens = `cap`, the model emits EOS at min(recorded length, cap); the
              scheduler sees only the cap (what a chat client sends).
     """
-    if policy == "trace":
+    if policy in ("trace", "trace_eos"):
         n = min(length, cap) if cap is not None else length
-        return OutputSpec(n, n, True)
+        return OutputSpec(n, n, policy == "trace")
     if cap is None:
         raise ValueError(f"max_tokens_policy={policy!r} needs max_tokens (the cap)")
     if policy == "fixed":

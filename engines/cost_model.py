@@ -1,13 +1,20 @@
 """Step-time cost models for the simulated executor.
 
-`RooflineCostModel` is the fallback when no fitted profile exists (DESIGN.md, "Executors").
-A step's shape is summarized by `StepShape`; a cost model maps it to seconds.
+`FittedCostModel` is fitted by least squares to a profile measured on the real executor
+(`scripts/profile_executor.py`, stored under conf/profiles/); `RooflineCostModel` is the
+fallback when no profile exists (DESIGN.md, "Executors"). A step's shape is summarized by
+`StepShape`; a cost model maps it to seconds.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
 
 from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers.contract import StepPlan
@@ -44,7 +51,8 @@ class StepShape:
 class CostModel(Protocol):
     """Maps a step's shape terms (see `StepShape`) to seconds."""
 
-    def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int) -> float:
+    def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
+                num_seqs: int = 1) -> float:
         ...
 
 
@@ -118,10 +126,116 @@ class RooflineCostModel:
         """Seconds for one step of this shape."""
         return self.seconds(shape.num_tokens, shape.attn_pairs, shape.kv_read_tokens)
 
-    def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int) -> float:
-        """`step_time` on the raw shape terms (the executor's hot path)."""
+    def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
+                num_seqs: int = 1) -> float:
+        """`step_time` on the raw shape terms (the executor's hot path; `num_seqs` unused)."""
         flops = 2.0 * self._params * num_tokens + self._attn_flops_per_pair * attn_pairs
         nbytes = self._weight_bytes + self._kv_token_bytes * (kv_read_tokens + num_tokens)
         compute = flops / self._flops_rate
         memory = nbytes / self._bytes_rate
         return (compute if compute > memory else memory) + self.step_overhead_s
+
+
+# The fitted model's features, in coefficient order (see `FittedCostModel`).
+FEATURES = ("step", "num_tokens", "attn_pairs", "kv_read_tokens", "num_seqs")
+PROFILE_FORMAT = 1
+
+
+def features(num_tokens: int, attn_pairs: int, kv_read_tokens: int, num_seqs: int
+             ) -> tuple[float, float, float, float, float]:
+    """The feature row of a step: (1, T, A, R, S) as in `FEATURES`."""
+    return (1.0, float(num_tokens), float(attn_pairs), float(kv_read_tokens), float(num_seqs))
+
+
+class FittedCostModel:
+    """A step's duration as a linear function of its shape, fitted to measured steps.
+
+        seconds = c_step                   fixed per-step overhead (launch, sampling, host)
+                + c_tok  * T               per query token: weights times tokens (the GEMMs)
+                + c_attn * A               per causal (query, key) pair: QK^T and PV
+                + c_kv   * R               per context token read by a chunk's attention
+                + c_seq  * S               per sequence in the batch (metadata, per-chunk work)
+
+    with T, A, R, S the `StepShape` terms. `fit` finds the coefficients by least squares on
+    the relative error (every row divided by its measured time, so that short decode steps
+    weigh as much as long prefills: the fit targets percentage error), with every
+    coefficient constrained to be >= 0 (a term that does not help is dropped and the rest
+    refitted), so that a prediction never decreases when a step grows.
+    """
+
+    def __init__(self, coefficients: Sequence[float], source: str = "") -> None:
+        if len(coefficients) != len(FEATURES):
+            raise ValueError(f"cost model: {len(coefficients)} coefficients; expected "
+                             f"{len(FEATURES)} ({', '.join(FEATURES)})")
+        self.coefficients = tuple(float(c) for c in coefficients)
+        self.source = source
+        (self._c0, self._ct, self._ca, self._cr, self._cs) = self.coefficients
+
+    @classmethod
+    def fit(cls, rows: Sequence[Sequence[float]], seconds: Sequence[float],
+            source: str = "") -> FittedCostModel:
+        """Least squares on relative error over feature rows (`features`) and times."""
+        x = np.asarray(rows, dtype=np.float64)
+        y = np.asarray(seconds, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != len(FEATURES) or len(y) != len(x):
+            raise ValueError(f"cost model: fit needs rows of {len(FEATURES)} features and one "
+                             f"time per row (got {x.shape} and {y.shape})")
+        if len(y) == 0 or np.any(y <= 0):
+            raise ValueError("cost model: fit needs at least one row and positive times")
+        xw = x / y[:, None]
+        yw = np.ones_like(y)
+        # Scale columns so that lstsq sees comparable magnitudes.
+        scale = np.abs(xw).max(axis=0)
+        scale[scale == 0] = 1.0
+        active = [j for j in range(x.shape[1]) if np.any(x[:, j] != 0)]
+        coef = np.zeros(x.shape[1])
+        while active:
+            sol, *_ = np.linalg.lstsq(xw[:, active] / scale[active], yw, rcond=None)
+            sol = sol / scale[active]
+            if np.all(sol >= 0):
+                coef[active] = sol
+                break
+            active.pop(int(np.argmin(sol)))  # drop the most negative term, refit the rest
+        return cls(coef.tolist(), source)
+
+    @classmethod
+    def from_profile(cls, profile: Mapping[str, Any] | str | Path) -> FittedCostModel:
+        """Fit to the `measurements` of a profile (a dict, or a JSON file written by
+        scripts/profile_executor.py)."""
+        source = ""
+        if not isinstance(profile, Mapping):
+            source = str(profile)
+            try:
+                profile = json.loads(Path(profile).read_text())
+            except FileNotFoundError:
+                raise FileNotFoundError(f"cost model: profile {source} does not exist "
+                                        "(make one with scripts/profile_executor.py)") from None
+        assert isinstance(profile, Mapping)
+        if profile.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"cost model: profile {source}: format {profile.get('format')!r}; "
+                             f"expected {PROFILE_FORMAT}")
+        meas = profile.get("measurements") or []
+        rows = [features(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"], m["num_seqs"])
+                for m in meas]
+        return cls.fit(rows, [m["seconds"] for m in meas], source)
+
+    def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
+                num_seqs: int = 1) -> float:
+        """Predicted seconds of a step with these shape terms."""
+        return (self._c0 + self._ct * num_tokens + self._ca * attn_pairs
+                + self._cr * kv_read_tokens + self._cs * num_seqs)
+
+    def step_time(self, shape: StepShape) -> float:
+        return self.seconds(shape.num_tokens, shape.attn_pairs, shape.kv_read_tokens,
+                            shape.num_seqs)
+
+    def describe(self) -> dict[str, float]:
+        """The coefficients by feature name."""
+        return dict(zip(FEATURES, self.coefficients, strict=True))
+
+
+def mape(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """Median absolute percentage error, in percent."""
+    p = np.asarray(predicted, dtype=np.float64)
+    m = np.asarray(measured, dtype=np.float64)
+    return float(np.median(np.abs(p - m) / m) * 100.0)

@@ -101,4 +101,4 @@ class SimExecutor:
                     sampled[c.request_id] = reg.eos_token_id
                 else:
                     sampled[c.request_id] = 3 + (reg.index * 7919 + e * 104729) % 31000
-        return StepResult(sampled, self.cost_model.seconds(t, a, r))
+        return StepResult(sampled, self.cost_model.seconds(t, a, r, len(plan.chunks)))

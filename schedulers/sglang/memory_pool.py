@@ -29,6 +29,10 @@ class ReqToTokenPool:
     def available_size(self) -> int:
         return len(self.free_slots)
 
+    def num_used_rows(self) -> int:
+        """Rows held by requests (every request with a `req_pool_idx`), in O(1)."""
+        return self.size - len(self.free_slots)
+
     def alloc_rows(self, need_size: int) -> list[int] | None:
         # mirrors memory_pool.py: ReqToTokenPool.alloc_rows (pops from the tail)
         if need_size > len(self.free_slots):

@@ -379,7 +379,8 @@ class SglangScheduler:
         capacity = self.config.kv_capacity_tokens
         evictable = self.tree_cache.evictable_size()
         return SchedulerStats(
-            num_running=sum(1 for r in self._live.values() if r.req_pool_idx is not None),
+            # requests holding a request row (req_pool_idx set), counted by the row pool
+            num_running=self.req_to_token_pool.num_used_rows(),
             num_waiting=len(self.waiting_queue),
             kv_capacity_tokens=capacity,
             # held by live requests (their private slots and the prefixes they lock); the

@@ -72,6 +72,8 @@ class KVCacheManager:
         num_req_blocks = len(self.req_to_blocks.get(request_id, ()))
         num_new_blocks = max(num_required_blocks - len(new_computed_blocks) - num_req_blocks, 0)
         # A hit on a free block takes it out of the free queue: it counts against the free ones.
+        if not new_computed_blocks:  # the common case: a running request asks for more
+            return num_new_blocks
         num_evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
         return num_new_blocks + num_evictable
 

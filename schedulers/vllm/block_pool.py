@@ -30,6 +30,8 @@ class BlockPool:
         self.null_block.is_null = True
         # Free blocks that still carry a hash (evictable cache), kept for stats.
         self.num_free_cached_blocks = 0
+        # Bumped whenever the hash map changes, so a prefix lookup can be reused until then.
+        self.cache_version = 0
 
     # mirrors block_pool.py: BlockPool.get_cached_block
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
@@ -53,6 +55,7 @@ class BlockPool:
                 continue
             block_hash = block_hashes[i]
             blk.block_hash = block_hash
+            self.cache_version += 1
             entry = cache.get(block_hash)
             if entry is None:
                 cache[block_hash] = {blk.block_id: blk}
@@ -74,6 +77,7 @@ class BlockPool:
     # mirrors block_pool.py: BlockPool._maybe_evict_cached_block
     def _evict_cached_block(self, block: KVCacheBlock) -> None:
         assert block.block_hash is not None
+        self.cache_version += 1
         entry = self.cached_block_hash_to_block.get(block.block_hash)
         if entry is not None:
             entry.pop(block.block_id, None)

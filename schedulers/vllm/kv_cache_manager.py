@@ -38,6 +38,10 @@ class KVCacheManager:
         self.req_to_block_ids: dict[str, list[int]] = {}
         # mirrors SingleTypeKVCacheManager.num_cached_block: blocks already hashed, per request
         self.num_cached_block: dict[str, int] = {}
+        # The last prefix lookup: (request, its num_tokens, cache version) -> result. A waiting
+        # head that does not fit is looked up again every step; while neither it nor the hash
+        # map changed, the answer is the same.
+        self._last_lookup: tuple[VllmRequest, int, int, list[KVCacheBlock], int] | None = None
 
     @property
     def usage(self) -> float:
@@ -52,6 +56,11 @@ class KVCacheManager:
         """
         if not self.enable_caching:
             return [], 0
+        version = self.block_pool.cache_version
+        last = self._last_lookup
+        if (last is not None and last[0] is request and last[1] == request.num_tokens
+                and last[2] == version):
+            return list(last[3]), last[4]
         max_cache_hit_length = request.num_tokens - 1
         get_cached = self.block_pool.get_cached_block
         computed: list[KVCacheBlock] = []
@@ -61,7 +70,9 @@ class KVCacheManager:
             if block is None:
                 break
             computed.append(block)
-        return computed, len(computed) * self.block_size
+        num_hit = len(computed) * self.block_size
+        self._last_lookup = (request, request.num_tokens, version, computed, num_hit)
+        return list(computed), num_hit
 
     def _get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: list[KVCacheBlock]
@@ -138,6 +149,38 @@ class KVCacheManager:
             # up to the finalized tokens only.
             num_tokens_to_cache = min(total_computed_tokens + num_new_tokens, request.num_tokens)
             num_full_blocks = num_tokens_to_cache // self.block_size
+            num_cached = self.num_cached_block.get(request_id, 0)
+            if num_cached < num_full_blocks:
+                self.block_pool.cache_full_blocks(
+                    blocks, request.block_hashes, num_cached, num_full_blocks
+                )
+                self.num_cached_block[request_id] = num_full_blocks
+        return new_blocks
+
+    def allocate_slots_running(self, request: VllmRequest, num_new_tokens: int
+                               ) -> list[KVCacheBlock] | None:
+        """`allocate_slots` for a running request: no prefix hit, no admission gate, no
+        watermark (the scheduler's hot path, once per running request per step; the same
+        decisions as the general path, without its generality)."""
+        request_id = request.request_id
+        blocks = self.req_to_blocks.get(request_id)
+        if blocks is None:
+            return self.allocate_slots(request, num_new_tokens)
+        max_model_len = self.max_model_len
+        total_computed_tokens = min(request.num_computed_tokens, max_model_len)
+        end = min(total_computed_tokens + num_new_tokens, max_model_len)
+        num_to_add = -(-end // self.block_size) - len(blocks)
+        new_blocks: list[KVCacheBlock] = []
+        if num_to_add > 0:
+            pool = self.block_pool
+            if num_to_add > pool.free_block_queue.num_free_blocks:
+                return None
+            new_blocks = pool.get_new_blocks(num_to_add)
+            blocks.extend(new_blocks)
+            self.req_to_block_ids[request_id].extend(b.block_id for b in new_blocks)
+        if self.enable_caching:
+            num_full_blocks = min(total_computed_tokens + num_new_tokens,
+                                  len(request.all_token_ids)) // self.block_size
             num_cached = self.num_cached_block.get(request_id, 0)
             if num_cached < num_full_blocks:
                 self.block_pool.cache_full_blocks(

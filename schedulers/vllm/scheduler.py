@@ -143,7 +143,7 @@ class VllmScheduler:
                 continue
 
             while True:
-                new_blocks = kv.allocate_slots(request, num_new_tokens)
+                new_blocks = kv.allocate_slots_running(request, num_new_tokens)
                 if new_blocks is not None:
                     break
                 # mirrors Scheduler.schedule: preempt the lowest-priority request

@@ -8,7 +8,9 @@ Each iteration:
 3. `plan = scheduler.schedule()`;
 4. `result = executor.execute(plan)` (an empty plan is not executed: it takes no time);
 5. `clock += result.duration_s`; `events = scheduler.update_from_output(plan, result)`;
-6. record.
+6. record;
+7. when the engine was given a `check` (`check_invariants=true`), call it on the scheduler: an
+   exception from it stops the run with `InvariantViolation`, naming the step and the clock.
 A plan without chunks that aborts or finishes nothing while work is pending jumps the clock to
 the next arrival, or, when none is due, raises `DeadlockError` naming the stuck requests (a
 scheduler gets two more tries first: SGLang legitimately idles for one step after its last
@@ -20,7 +22,7 @@ O(chunks) per step; the records are turned into tables once, at the end.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,6 +50,13 @@ class DeadlockError(RuntimeError):
 
 class StepLimitError(RuntimeError):
     """The run reached the engine's `max_steps` with work still pending."""
+
+
+class InvariantViolation(RuntimeError):
+    """The scheduler's state failed the engine's per-step `check`."""
+
+
+SchedulerCheck = Callable[[Scheduler], None]
 
 
 @dataclass(slots=True)
@@ -81,8 +90,10 @@ class Engine:
     """Drives one scheduler and one executor over a list of requests on a virtual clock."""
 
     def __init__(self, scheduler: Scheduler, executor: Executor, requests: Iterable[Request],
-                 recorder: Recorder | None = None, max_steps: int | None = None) -> None:
+                 recorder: Recorder | None = None, max_steps: int | None = None,
+                 check: SchedulerCheck | None = None) -> None:
         self.scheduler = scheduler
+        self.check = check
         self.executor = executor
         self.recorder = recorder if recorder is not None else Recorder()
         self.max_steps = max_steps
@@ -101,6 +112,15 @@ class Engine:
         self.recorder.start(self.requests)
         self.clock = 0.0
         self._ran = False
+
+    def _run_check(self, clock: float) -> None:
+        assert self.check is not None
+        try:
+            self.check(self.scheduler)
+        except Exception as e:
+            raise InvariantViolation(
+                f"engine: {self.scheduler.name} broke an invariant after step "
+                f"{self.recorder.num_steps} at t={clock:.6f}s: {type(e).__name__}: {e}") from e
 
     def run(self) -> EngineResult:
         """Replay every request to completion and return the records."""
@@ -141,6 +161,8 @@ class Engine:
             clock += result.duration_s
             events = sched.update_from_output(plan, result)
             rec.on_step(plan, result, events, start, clock, sched.stats())
+            if self.check is not None:
+                self._run_check(clock)
             if plan.chunks or plan.aborted or events.finished:
                 stall = 0
                 continue
@@ -162,6 +184,8 @@ class Engine:
                 live,
             )
         self.clock = clock
+        if self.check is not None:
+            self._run_check(clock)
         return EngineResult(
             requests=rec.requests_table(),
             steps=rec.steps_table(),

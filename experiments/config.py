@@ -75,8 +75,8 @@ class Progress(enum.Enum):
 
 
 class OnError(enum.Enum):
-    """What a job does when the engine stops with an error (a deadlock, the step limit):
-    `fail` fails the job (and the sweep); `record` writes a summary.json with status
+    """What a job does when it stops with an error (a deadlock, a broken invariant, a bad
+    value): `fail` fails the job (and the sweep); `record` writes a summary.json with status
     "failed" and the error, so that the rest of a sweep runs and the report shows it."""
 
     fail = "fail"
@@ -158,6 +158,8 @@ class RunConfig:
     comparison (vLLM: that many / block_size blocks); `max_model_len`, when set, is the
     context length of either scheduler (vLLM `max_model_len`, SGLang `context_length`).
     `name` labels the experiment (sweep folder, W&B group, report titles).
+    `check_invariants` checks the scheduler's KV bookkeeping after every step (slower);
+    `resume` skips a job whose folder already holds a complete result for this config.
     """
 
     scheduler: Any = MISSING
@@ -172,6 +174,8 @@ class RunConfig:
     max_model_len: int | None = None
     progress: Progress = Progress.auto
     on_error: OnError = OnError.fail
+    check_invariants: bool = False
+    resume: bool = False
     name: str = "default"
 
 

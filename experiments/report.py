@@ -151,14 +151,18 @@ def _label(job: Job, params: Sequence[str]) -> str:
 
 def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
                      ) -> pd.DataFrame:
-    """One row per job: job number, the varied parameters, scheduler, the metrics."""
+    """One row per job: job number, the varied parameters, scheduler, status (and, when a
+    job failed, its error), the metrics."""
     params = list(varied_params(jobs) if params is None else params)
+    any_failed = any(j.summary.get("status", "ok") != "ok" for j in jobs)
     rows = []
     for j in jobs:
         row: dict[str, Any] = {"job": j.num}
         row.update({p: j.overrides.get(p) for p in params})
         row["scheduler"] = j.scheduler
         row["status"] = j.summary.get("status", "ok")
+        if any_failed:
+            row["error"] = j.summary.get("error")
         row.update({m: j.summary.get(m) for m in COMPARISON_METRICS})
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -174,7 +178,7 @@ def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None) -> pd
     params = list(varied_params(jobs) if params is None else params)
     rows = list(SIDE_BY_SIDE)
     if any(j.summary.get("status", "ok") != "ok" for j in jobs):
-        rows.insert(0, ("status", "Status"))
+        rows[:0] = [("status", "Status"), ("error", "Error")]
     data = {_label(j, params): [j.summary.get(k, "ok" if k == "status" else None)
                                 for k, _ in rows] for j in jobs}
     return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
@@ -265,7 +269,7 @@ def terminal_summary(jobs: Sequence[Job]) -> str:
     frame = comparison_frame(jobs, params)
     pivot = scheduler_pivot(frame, params, [m for m, _ in TERMINAL_PIVOT])
     if pivot is None:
-        cols = ["job", *params, "status", *[m for m, _ in TERMINAL_PIVOT]]
+        cols = ["job", *params, "status", "error", *[m for m, _ in TERMINAL_PIVOT]]
         table = frame[[c for c in cols if c in frame]]
     else:
         table = pivot

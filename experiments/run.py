@@ -10,10 +10,17 @@ Each job writes requests.parquet, steps.parquet and summary.json into its folder
 runtime.output_dir), and with `logger=wandb` one W&B run; a single run prints its summary, a
 multirun one line per job and, at the end, the side-by-side table (experiments/callbacks.py).
 A typo in an override fails before anything runs, with the valid keys.
+
+`check_invariants=true` checks the scheduler's KV bookkeeping after every step (slower);
+`resume=true` skips a job whose folder already holds a summary.json with status ok and the
+same `config_hash` (the resolved config, less the keys of `HASH_EXCLUDED`);
+`on_error=record` turns any error of a job into a summary.json with status "failed".
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import sys
 import time
@@ -27,7 +34,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from engines.engine import DeadlockError, Engine, StepLimitError
+from engines.engine import Engine, SchedulerCheck
 from engines.records import Recorder
 from experiments.build import (
     as_dict,
@@ -40,9 +47,9 @@ from experiments.build import (
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.metrics import compute_metrics
 from experiments.progress import ProgressRecorder, progress_enabled
-from experiments.sinks import SUMMARY_FILE, write_json, write_run
+from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_json, write_run
 from experiments.workloads import build_workload
-from schedulers.contract import Request
+from schedulers.contract import Request, Scheduler
 
 log = logging.getLogger(__name__)
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -62,10 +69,68 @@ def _progress_mode(cfg: DictConfig) -> str:
     return _enum_value(cfg.get("progress", "auto"))
 
 
+# Top-level keys that change neither the outputs nor their meaning: not part of config_hash.
+HASH_EXCLUDED = ("resume", "progress", "on_error", "check_invariants")
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """A SHA-256 of the resolved config (sorted JSON, without `HASH_EXCLUDED`)."""
+    data = {k: v for k, v in to_container(cfg).items() if k not in HASH_EXCLUDED}
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def complete_result(out_dir: str | Path, digest: str) -> dict[str, Any] | None:
+    """The summary in `out_dir` when it is a complete result for the config of hash `digest`
+    (status ok, same config_hash, both parquet files present); else None."""
+    d = Path(out_dir)
+    try:
+        summary = json.loads((d / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("status") != "ok":
+        return None
+    if summary.get("config_hash") != digest:
+        return None
+    if not ((d / REQUESTS_FILE).is_file() and (d / STEPS_FILE).is_file()):
+        return None
+    return summary
+
+
+def invariant_check(scheduler: Scheduler) -> SchedulerCheck:
+    """The per-step invariant check of `scheduler` (`check_invariants=true`)."""
+    check: Any = None
+    if scheduler.name == "vllm":
+        from schedulers.vllm.invariants import check_vllm_invariants
+        check = check_vllm_invariants
+    elif scheduler.name == "sglang":
+        from schedulers.sglang.invariants import check_sglang_invariants
+        check = check_sglang_invariants
+    else:
+        check = getattr(scheduler, "check_invariants", None)
+        if check is not None:
+            return lambda _s: check()
+        raise ValueError(f"check_invariants=true: scheduler {scheduler.name!r} has no invariant "
+                         "check (built in: vllm, sglang; or give it a check_invariants() "
+                         "method)")
+    return check
+
+
+def validate_run_config(cfg: DictConfig) -> None:
+    """Refuse top-level values that no scheduler can run with, naming the valid range."""
+    kv = int(cfg.kv_capacity_tokens)
+    if kv < 1:
+        raise ValueError(f"kv_capacity_tokens={kv}: must be a positive number of token slots")
+    max_len = cfg.get("max_model_len")
+    if max_len is not None and int(max_len) < 1:
+        raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
+
+
 def failed_summary(cfg: DictConfig, error: Exception) -> dict[str, Any]:
-    """The summary of a job the engine stopped with an error (`on_error=record`)."""
+    """The summary of a job stopped by an error (`on_error=record`)."""
     return {
         "status": "failed",
+        "config_hash": config_hash(cfg),
         "error": f"{type(error).__name__}: {error}",
         "scheduler": str(cfg.scheduler.name),
         "executor": str(cfg.executor.name),
@@ -86,6 +151,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                    run_name: str | None = None) -> dict[str, Any]:
     """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
     `logger.name` is wandb, in `group` under `run_name`); returns the summary."""
+    validate_run_config(cfg)
     seed = int(cfg.seed)
     kv_capacity = int(cfg.kv_capacity_tokens)
     requests = build_workload(as_dict(cfg.workload), seed)  # validates trace files first
@@ -98,10 +164,11 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity + scheduler.page_size)
     show = progress_enabled(_progress_mode(cfg))
+    check = invariant_check(scheduler) if cfg.get("check_invariants", False) else None
     recorder = ProgressRecorder(desc=run_name or scheduler.name) if show else Recorder()
     t0 = time.perf_counter()
     try:
-        result = Engine(scheduler, executor, requests, recorder=recorder).run()
+        result = Engine(scheduler, executor, requests, recorder=recorder, check=check).run()
     finally:
         if isinstance(recorder, ProgressRecorder):
             recorder.close()
@@ -110,6 +177,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         result.requests = with_output_token_ids(result.requests, requests)
     summary: dict[str, Any] = {
         "status": "ok",
+        "config_hash": config_hash(cfg),
         "scheduler": scheduler.name,
         "executor": str(cfg.executor.name),
         **cost_model_summary(cfg.executor),
@@ -246,14 +314,21 @@ def main(cfg: DictConfig) -> None:
         name = f"{hc.job.num}:{hc.job.override_dirname or cfg.scheduler.name}"
     else:
         group, name = None, f"{cfg.scheduler.name}:{cfg.workload.name}"
-    try:
-        summary = run_experiment(cfg, out_dir, group=group, run_name=name)
-    except (DeadlockError, StepLimitError) as e:
-        if _enum_value(cfg.get("on_error", "fail")) != "record":
-            raise
-        summary = failed_summary(cfg, e)
-        write_json(summary, Path(out_dir) / SUMMARY_FILE)
-        log.error("job failed (on_error=record): %s", e)
+    done = complete_result(out_dir, config_hash(cfg)) if cfg.get("resume", False) else None
+    if done is not None:
+        where = f"[job {hc.job.num}] " if multirun else ""
+        print(f"{where}skipped (resume=true): {out_dir} already holds a complete result for "
+              "this config")
+        summary = done
+    else:
+        try:
+            summary = run_experiment(cfg, out_dir, group=group, run_name=name)
+        except Exception as e:
+            if _enum_value(cfg.get("on_error", "fail")) != "record":
+                raise
+            summary = failed_summary(cfg, e)
+            write_json(summary, Path(out_dir) / SUMMARY_FILE)
+            log.error("job failed (on_error=record): %s: %s", type(e).__name__, e)
     if multirun:
         print(f"[job {hc.job.num}] {hc.job.override_dirname}: {format_line(summary)}")
     else:

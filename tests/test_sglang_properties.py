@@ -11,6 +11,7 @@ from sglang_helpers import Run, step
 
 from schedulers.contract import Request
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
+from schedulers.sglang.invariants import check_sglang_invariants
 
 
 @st.composite
@@ -49,27 +50,6 @@ def setups(draw: Any) -> tuple[SglangSchedulerConfig, list[tuple[int, Request]]]
     return cfg, arrivals
 
 
-def _check_pages(s: SglangScheduler) -> None:
-    """Free pages, tree pages and each live request's own pages partition the pool."""
-    ps = s.page_size
-    held = list(s.allocator.free_pages)
-    stack = [s.tree_cache.root_node]
-    tree_tokens = 0
-    while stack:
-        node = stack.pop()
-        held.extend(node.value)
-        tree_tokens += len(node.key)
-        assert len(node.value) * ps == len(node.key)
-        stack.extend(node.children.values())
-    rows = s.req_to_token_pool.req_to_token
-    for r in s._live.values():
-        if r.req_pool_idx is not None:
-            held.extend(rows[r.req_pool_idx][r.cache_protected_len // ps:])
-    assert len(held) == s.allocator.num_pages, (len(held), s.allocator.num_pages)
-    assert len(set(held)) == len(held), "a page is held twice"
-    assert s.tree_cache.evictable_size() + s.tree_cache.protected_size() == tree_tokens
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setups())
 def test_no_leak_and_every_request_completes(setup: tuple[SglangSchedulerConfig,
@@ -101,7 +81,7 @@ def test_no_leak_and_every_request_completes(setup: tuple[SglangSchedulerConfig,
                 seq = seq[:-1]  # the token just sampled for it was appended by the commit
             assert c.token_ids == seq[c.start_pos:c.start_pos + len(c.token_ids)]
             assert len(c.page_ids) == (c.start_pos + len(c.token_ids) - 1) // ps + 1
-        _check_pages(s)
+        check_sglang_invariants(s)
         if busy and plan.is_empty and not plan.aborted:
             idle_streak += 1
             assert idle_streak < 2, "two idle steps in a row with work pending"

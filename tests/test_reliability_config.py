@@ -1,0 +1,73 @@
+"""Bad configurations are refused before anything runs, naming the value and what is valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+from experiments.config import register_configs
+from experiments.run import run_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["workload.num_requests=5", "progress=off"]
+
+
+def job_config(*overrides: str) -> DictConfig:
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+            return compose(config_name="config", overrides=[*TINY, *overrides])
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["kv_capacity_tokens=0"], r"kv_capacity_tokens=0: must be a positive number"),
+    (["kv_capacity_tokens=-64", "scheduler=sglang"], r"kv_capacity_tokens=-64: must be a pos"),
+    (["max_model_len=0"], r"max_model_len=0: must be positive \(or null\)"),
+    (["kv_capacity_tokens=1000"],
+     r"vllm scheduler: kv_capacity_tokens=1000 is not a multiple of block_size=16"),
+    (["scheduler=sglang", "scheduler.page_size=16", "kv_capacity_tokens=1000"],
+     r"sglang scheduler: kv_capacity_tokens=1000 is not a multiple of page_size=16"),
+    (["scheduler=sglang", "scheduler.page_size=16", "scheduler.chunked_prefill_size=8"],
+     r"chunked_prefill_size=8: must be at least page_size \(16\)"),
+    (["scheduler.max_num_seqs=8", "scheduler.max_num_batched_tokens=4"],
+     r"max_num_batched_tokens=4: must be >= max_num_seqs \(8\)"),
+    (["scheduler.policy=lifo"], r"policy='lifo': valid: fcfs, priority"),
+    (["scheduler=sglang", "scheduler.schedule_policy=sjf"],
+     r"schedule_policy='sjf': valid: fcfs, lpm, dfs-weight, lof, random"),
+    (["scheduler=sglang", "scheduler.retraction_policy=oldest"],
+     r"retraction_policy='oldest': valid: length, priority"),
+])
+def test_bad_values_are_refused_before_the_run(tmp_path: Path, overrides: list[str],
+                                               message: str) -> None:
+    cfg = job_config(*overrides)
+    with pytest.raises(ValueError, match=message):
+        run_experiment(cfg, tmp_path / "job")
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("check_invariants=maybe", "Value 'maybe' is not a valid bool"),
+    ("resume=perhaps", "Value 'perhaps' is not a valid bool"),
+    ("on_error=ignore", "expected one of [fail, record]"),
+])
+def test_new_switches_are_typed_at_composition(override: str, message: str) -> None:
+    with pytest.raises(Exception, match=f"Error merging override {override}") as e:
+        job_config(override)
+    assert message in str(e.value.__cause__)
+
+
+def test_a_token_budget_below_one_page_still_runs(tmp_path: Path) -> None:
+    """Upstream vLLM chunks a prefill over budgets smaller than a block and SGLang admits the
+    first request whatever max_prefill_tokens is; both run (not refused)."""
+    v = run_experiment(job_config("scheduler.max_num_seqs=1",
+                                  "scheduler.max_num_batched_tokens=8"), tmp_path / "v")
+    s = run_experiment(job_config("scheduler=sglang", "scheduler.page_size=16",
+                                  "scheduler.max_prefill_tokens=8"), tmp_path / "s")
+    assert v["completed"] == s["completed"] == 5

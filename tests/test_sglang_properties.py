@@ -3,6 +3,7 @@ request ends with exactly max_tokens outputs or an abort reason, and the loop ne
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -50,7 +51,8 @@ def setups(draw: Any) -> tuple[SglangSchedulerConfig, list[tuple[int, Request]]]
     return cfg, arrivals
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("SCHEDBENCH_HYPOTHESIS_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(setups())
 def test_no_leak_and_every_request_completes(setup: tuple[SglangSchedulerConfig,
                                                           list[tuple[int, Request]]]) -> None:

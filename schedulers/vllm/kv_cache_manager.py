@@ -137,25 +137,34 @@ class KVCacheManager:
             block_ids.extend(b.block_id for b in new_computed)
             self.num_cached_block[request_id] = len(blocks)
 
-        # mirrors SingleTypeKVCacheManager.allocate_new_blocks
         num_to_add = cdiv(num_tokens_need_slot, self.block_size) - len(blocks)
-        new_blocks = self.block_pool.get_new_blocks(num_to_add) if num_to_add > 0 else []
-        if new_blocks:
-            blocks.extend(new_blocks)
-            block_ids.extend(b.block_id for b in new_blocks)
-
-        if self.enable_caching:
-            # mirrors SingleTypeKVCacheManager.cache_blocks: hash the blocks that became full,
-            # up to the finalized tokens only.
-            num_tokens_to_cache = min(total_computed_tokens + num_new_tokens, request.num_tokens)
-            num_full_blocks = num_tokens_to_cache // self.block_size
-            num_cached = self.num_cached_block.get(request_id, 0)
-            if num_cached < num_full_blocks:
-                self.block_pool.cache_full_blocks(
-                    blocks, request.block_hashes, num_cached, num_full_blocks
-                )
-                self.num_cached_block[request_id] = num_full_blocks
+        new_blocks = self._add_new_blocks(request_id, blocks, num_to_add)
+        self._cache_blocks(request, blocks, total_computed_tokens + num_new_tokens)
         return new_blocks
+
+    def _add_new_blocks(self, request_id: str, blocks: list[KVCacheBlock], num_to_add: int
+                        ) -> list[KVCacheBlock]:
+        # mirrors SingleTypeKVCacheManager.allocate_new_blocks (the caller checked the room)
+        if num_to_add <= 0:
+            return []
+        new_blocks = self.block_pool.get_new_blocks(num_to_add)
+        blocks.extend(new_blocks)
+        self.req_to_block_ids[request_id].extend(b.block_id for b in new_blocks)
+        return new_blocks
+
+    def _cache_blocks(self, request: VllmRequest, blocks: list[KVCacheBlock],
+                      num_tokens: int) -> None:
+        # mirrors SingleTypeKVCacheManager.cache_blocks: hash the blocks that became full, up to
+        # the finalized tokens only
+        if not self.enable_caching:
+            return
+        num_full_blocks = min(num_tokens, len(request.all_token_ids)) // self.block_size
+        num_cached = self.num_cached_block.get(request.request_id, 0)
+        if num_cached < num_full_blocks:
+            self.block_pool.cache_full_blocks(
+                blocks, request.block_hashes, num_cached, num_full_blocks
+            )
+            self.num_cached_block[request.request_id] = num_full_blocks
 
     def allocate_slots_running(self, request: VllmRequest, num_new_tokens: int
                                ) -> list[KVCacheBlock] | None:
@@ -170,23 +179,10 @@ class KVCacheManager:
         total_computed_tokens = min(request.num_computed_tokens, max_model_len)
         end = min(total_computed_tokens + num_new_tokens, max_model_len)
         num_to_add = -(-end // self.block_size) - len(blocks)
-        new_blocks: list[KVCacheBlock] = []
-        if num_to_add > 0:
-            pool = self.block_pool
-            if num_to_add > pool.free_block_queue.num_free_blocks:
-                return None
-            new_blocks = pool.get_new_blocks(num_to_add)
-            blocks.extend(new_blocks)
-            self.req_to_block_ids[request_id].extend(b.block_id for b in new_blocks)
-        if self.enable_caching:
-            num_full_blocks = min(total_computed_tokens + num_new_tokens,
-                                  len(request.all_token_ids)) // self.block_size
-            num_cached = self.num_cached_block.get(request_id, 0)
-            if num_cached < num_full_blocks:
-                self.block_pool.cache_full_blocks(
-                    blocks, request.block_hashes, num_cached, num_full_blocks
-                )
-                self.num_cached_block[request_id] = num_full_blocks
+        if num_to_add > self.block_pool.free_block_queue.num_free_blocks:
+            return None
+        new_blocks = self._add_new_blocks(request_id, blocks, num_to_add)
+        self._cache_blocks(request, blocks, total_computed_tokens + num_new_tokens)
         return new_blocks
 
     def free(self, request: VllmRequest) -> None:

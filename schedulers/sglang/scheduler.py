@@ -310,8 +310,6 @@ class SglangScheduler:
         if batch is None:
             return events
         sampled = result.sampled_token_ids
-        new_token_ids = events.new_token_ids
-        finished = events.finished
         kv = self.kv
         self.allocator.free_group_begin()
         try:
@@ -322,31 +320,29 @@ class SglangScheduler:
                     if req.inflight_middle_chunks > 0:
                         req.inflight_middle_chunks -= 1  # a middle chunk: no token
                         continue
-                    tok = self._sampled(sampled, req)
-                    req.output_ids.append(tok)
-                    new_token_ids[req.rid] = [tok]
-                    req.update_finish_state()
-                    if req.finished_reason is not None:
-                        kv.release_kv_cache(req, checkpoint=True)
-                        finished.append((req.rid, req.finished_reason))
-                        self._live.pop(req.rid, None)
-                    else:
+                    if not self._commit_token(req, sampled, events):
                         kv.checkpoint_kv_cache(req)
             else:
                 for req in batch.reqs:
-                    if req.finished_reason is not None:
-                        continue
-                    tok = self._sampled(sampled, req)
-                    req.output_ids.append(tok)
-                    new_token_ids[req.rid] = [tok]
-                    req.update_finish_state()
-                    if req.finished_reason is not None:
-                        kv.release_kv_cache(req, checkpoint=True)
-                        finished.append((req.rid, req.finished_reason))
-                        self._live.pop(req.rid, None)
+                    if req.finished_reason is None:
+                        self._commit_token(req, sampled, events)
         finally:
             self.allocator.free_group_end()
         return events
+
+    def _commit_token(self, req: Req, sampled: dict[str, int], events: StepEvents) -> bool:
+        """Append the request's sampled token; on a finish release its KV (checkpointed into
+        the tree) and report it. Returns whether it finished."""
+        tok = self._sampled(sampled, req)
+        req.output_ids.append(tok)
+        events.new_token_ids[req.rid] = [tok]
+        req.update_finish_state()
+        if req.finished_reason is None:
+            return False
+        self.kv.release_kv_cache(req, checkpoint=True)
+        events.finished.append((req.rid, req.finished_reason))
+        self._live.pop(req.rid, None)
+        return True
 
     @staticmethod
     def _sampled(sampled: dict[str, int], req: Req) -> int:

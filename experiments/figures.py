@@ -156,6 +156,15 @@ def _xscale(ax: Any, xs: list[Any], ticks: list[str] | None) -> None:
         ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _x_axis(ax: Any, label: str | None, xs: list[Any], ticks: list[str] | None) -> None:
+    """Label, scale, grid and categorical ticks of a load panel's x axis."""
+    ax.set_xlabel(label or "")
+    _xscale(ax, xs, ticks)
+    ax.grid(alpha=0.3)
+    if ticks is not None:
+        ax.set_xticks(range(len(ticks)), ticks, rotation=30, fontsize=7)
+
+
 def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[tuple[str, str]],
                    path: str | Path, series: Sequence[str] = ("scheduler",),
                    title: str = "") -> Path:
@@ -173,11 +182,7 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[tuple[s
             ax.plot(g["_x"], pd.to_numeric(g[col], errors="coerce"), marker="o", lw=1.3,
                     label=name)
         ax.set_ylabel(label)
-        ax.set_xlabel(x or "")
-        _xscale(ax, xs, ticks)
-        ax.grid(alpha=0.3)
-        if ticks is not None:
-            ax.set_xticks(range(len(ticks)), ticks, rotation=30, fontsize=7)
+        _x_axis(ax, x, xs, ticks)
     _legend(fig, axes[0][0])
     if title:
         fig.suptitle(title)
@@ -198,11 +203,7 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                 label = f"{name} {'victims' if who == 'victim' else 'others'}".strip()
                 ax.plot(g["_x"], y, style, marker="o", color=color, lw=1.3, label=label)
         ax.set_ylabel(f"{stat} E2E latency (s)")
-        ax.set_xlabel(x or "")
-        _xscale(ax, xs, ticks)
-        ax.grid(alpha=0.3)
-        if ticks is not None:
-            ax.set_xticks(range(len(ticks)), ticks, rotation=30, fontsize=7)
+        _x_axis(ax, x, xs, ticks)
     _legend(fig, axes[0][0])
     if title:
         fig.suptitle(title)

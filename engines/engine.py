@@ -11,6 +11,12 @@ Each iteration:
 6. record;
 7. when the engine was given a `check` (`check_invariants=true`), call it on the scheduler: an
    exception from it stops the run with `InvariantViolation`, naming the step and the clock.
+After a steady decode step, when the scheduler and the executor both support decode runs
+(`decode_runs=True`, the default, and no `check`), the engine commits the steady steps ahead
+at once (DESIGN.md, "Decode runs"): the scheduler bounds the run (`decode_run`), the executor
+cuts it before any stop token (`decode_run_limit`), the clock cuts it before the next arrival,
+and the scheduler, executor and recorder commit it with the same results, to the byte, as
+the step-by-step loop.
 A plan without chunks that aborts or finishes nothing while work is pending jumps the clock to
 the next arrival, or, when none is due, raises `DeadlockError` naming the stuck requests (a
 scheduler gets two more tries first: SGLang legitimately idles for one step after its last
@@ -24,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -38,6 +44,8 @@ if TYPE_CHECKING:
 # Consecutive chunk-less plans tolerated when they preempt something (state changed).
 _MAX_EMPTY_PLANS = 3
 _SHOW_IDS = 20
+# The longest decode run committed at once (bounds the work of sizing one).
+_MAX_RUN_STEPS = 4096
 
 
 class DeadlockError(RuntimeError):
@@ -91,7 +99,7 @@ class Engine:
 
     def __init__(self, scheduler: Scheduler, executor: Executor, requests: Iterable[Request],
                  recorder: Recorder | None = None, max_steps: int | None = None,
-                 check: SchedulerCheck | None = None) -> None:
+                 check: SchedulerCheck | None = None, decode_runs: bool = True) -> None:
         self.scheduler = scheduler
         self.check = check
         self.executor = executor
@@ -112,6 +120,11 @@ class Engine:
         self.recorder.start(self.requests)
         self.clock = 0.0
         self._ran = False
+        # Decode runs need both sides' support, and no per-step `check` (decided in `run`).
+        self.decode_runs = (decode_runs
+                            and callable(getattr(scheduler, "decode_run", None))
+                            and callable(getattr(executor, "decode_run_tokens", None)))
+        self.num_decode_run_steps = 0
 
     def _run_check(self, clock: float) -> None:
         assert self.check is not None
@@ -121,6 +134,36 @@ class Engine:
             raise InvariantViolation(
                 f"engine: {self.scheduler.name} broke an invariant after step "
                 f"{self.recorder.num_steps} at t={clock:.6f}s: {type(e).__name__}: {e}") from e
+
+    def _decode_run(self, clock: float, next_arrival: float) -> float | None:
+        """Commit the steady decode steps that start before `next_arrival`; the clock after
+        them, or None when there are none."""
+        sched: Any = self.scheduler
+        executor: Any = self.executor
+        limit = _MAX_RUN_STEPS
+        if self.max_steps is not None:
+            limit = min(limit, self.max_steps - self.recorder.num_steps)
+        run = sched.decode_run(limit)
+        if run is None:
+            return None
+        k = executor.decode_run_limit(run)
+        batch = len(run.seq_lens)
+        total = sum(run.seq_lens)
+        step_seconds = executor.decode_step_seconds
+        starts: list[float] = []
+        ends: list[float] = []
+        while len(starts) < k and clock < next_arrival:
+            starts.append(clock)
+            clock += step_seconds(batch, total)
+            ends.append(clock)
+            total += batch
+        if not starts:
+            return None
+        tokens = executor.decode_run_tokens(run, len(starts))
+        stats = sched.commit_decode_run(run, tokens)
+        self.recorder.on_decode_run(run, starts, ends, stats)
+        self.num_decode_run_steps += len(starts)
+        return clock
 
     def run(self) -> EngineResult:
         """Replay every request to completion and return the records."""
@@ -134,6 +177,7 @@ class Engine:
         stall = 0
         clock = self.clock
         start_time = reqs[0].arrival_time if reqs else 0.0
+        use_runs = self.decode_runs and self.check is None
         while True:
             while nxt < n and reqs[nxt].arrival_time <= clock:
                 req = reqs[nxt]
@@ -154,6 +198,12 @@ class Engine:
                 raise StepLimitError(
                     f"engine: max_steps={self.max_steps} reached at t={clock:.6f}s with "
                     f"{len(live)} request(s) unfinished: {_format_ids(live)}")
+            if use_runs:
+                after = self._decode_run(clock, reqs[nxt].arrival_time if nxt < n else math.inf)
+                if after is not None:
+                    clock = after
+                    stall = 0
+                    continue
             plan = sched.schedule()
             # An empty plan is not executed: it takes no time and samples nothing.
             result = executor.execute(plan) if plan.chunks else StepResult({}, 0.0)

@@ -35,7 +35,15 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from schedulers.contract import Request, SchedulerStats, StepEvents, StepPlan, StepResult
+from schedulers.contract import (
+    DecodeRun,
+    DecodeRunStats,
+    Request,
+    SchedulerStats,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
 
 NAN = math.nan
 
@@ -210,6 +218,38 @@ class Recorder:
             len(events.finished), stats.kv_used_tokens, stats.kv_cached_tokens,
             stats.num_running, stats.num_waiting, plan.forward_mode,
         ))
+
+    def on_decode_run(self, run: DecodeRun, starts: Sequence[float], ends: Sequence[float],
+                      stats: DecodeRunStats) -> None:
+        """Record a committed decode run: step `j` ran from `starts[j]` to `ends[j]`, and every
+        request of `run` computed one position and got one token in each step (what `on_step`
+        records for those steps one by one)."""
+        k = len(starts)
+        index, high = self._index, self._high
+        computed, recomputed = self._computed, self._recomputed
+        first_token, nout, times = self._first_token, self._nout, self._times
+        for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
+            i = index[rid]
+            s = e - 1  # the first step's position; the run computes s .. s + k - 1
+            hi = high[i]
+            if s < hi:
+                recomputed[i] += min(s + k, hi) - s
+            if s + k > hi:
+                high[i] = s + k
+            self._cur[i] = s + k
+            computed[i] += k
+            if first_token[i] != first_token[i]:  # NaN: first token
+                first_token[i] = ends[0]
+            nout[i] += k
+            times[i].extend(ends)
+        b = len(run.request_ids)
+        rows = self._step_rows
+        mode = run.forward_mode
+        used, cached = stats.kv_used_tokens, stats.kv_cached_tokens
+        running, waiting = stats.num_running, stats.num_waiting
+        for j in range(k):
+            rows.append((len(rows), starts[j], ends[j] - starts[j], b, b, 0, b, b, 0, 0, 0,
+                         used[j], cached[j], running, waiting, mode))
 
     # --- queries and output ------------------------------------------------------------
     def live_ids(self) -> list[str]:

@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from engines.records import Recorder
-from schedulers.contract import Request, SchedulerStats, StepEvents, StepPlan, StepResult
+from schedulers.contract import (
+    DecodeRun,
+    DecodeRunStats,
+    Request,
+    SchedulerStats,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
 
 MODES = ("auto", "on", "off")
 
@@ -64,6 +72,14 @@ class ProgressRecorder(Recorder):
         self._pending += 1
         if self._pending >= self._every:
             self._refresh(end)
+
+    def on_decode_run(self, run: DecodeRun, starts: Sequence[float], ends: Sequence[float],
+                      stats: DecodeRunStats) -> None:
+        """Record the run; move the bar when `every` steps have passed."""
+        super().on_decode_run(run, starts, ends, stats)
+        self._pending += len(starts)
+        if self._pending >= self._every:
+            self._refresh(ends[-1])
 
     def _refresh(self, now: float) -> None:
         bar = self._bar

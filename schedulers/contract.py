@@ -119,6 +119,43 @@ class StepEvents:
     finished: list[tuple[str, str]] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class DecodeRun:
+    """A run of steady decode steps a scheduler can commit at once (DESIGN.md, "Decode runs").
+
+    In each of the next `max_steps` steps, if nothing arrives and nobody finishes, the
+    scheduler would decode exactly one token for every request in `request_ids` (its running
+    order) and decide nothing else: no admission, preemption, retraction or abort. In the
+    first of those steps, request `i` computes position `seq_lens[i] - 1` and samples after
+    `seq_lens[i]` tokens; every later step adds one to each. `forward_mode` is the plans'.
+    """
+
+    request_ids: list[str]
+    seq_lens: list[int]
+    max_steps: int
+    forward_mode: str
+
+    def num_steps(self, tokens: list[list[int]]) -> int:
+        """The steps that `tokens` (one list per request) commit; at least 1, at most
+        `max_steps`."""
+        k = len(tokens[0]) if tokens else 0
+        if len(tokens) != len(self.request_ids) or not 0 < k <= self.max_steps:
+            raise ValueError(f"decode run: {len(tokens)} token lists of {k} for "
+                             f"{len(self.request_ids)} requests (max_steps={self.max_steps})")
+        return k
+
+
+@dataclass(slots=True)
+class DecodeRunStats:
+    """Occupancy after each step of a committed decode run (`SchedulerStats` per step, with
+    the running and waiting counts constant over the run)."""
+
+    kv_used_tokens: list[int]
+    kv_cached_tokens: list[int]
+    num_running: int
+    num_waiting: int
+
+
 @runtime_checkable
 class Scheduler(Protocol):
     """What the engine drives. Implemented by `schedulers.vllm` and `schedulers.sglang`."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from engines.cost_model import CostModel, RooflineCostModel
 from engines.executors.specs import HardwareSpec, ModelSpec
-from schedulers.contract import Request, StepPlan, StepResult
+from schedulers.contract import DecodeRun, Request, StepPlan, StepResult
 
 _INDEXED_ID = re.compile(r"r(\d+)")
 
@@ -102,3 +102,40 @@ class SimExecutor:
                 else:
                     sampled[c.request_id] = 3 + (reg.index * 7919 + e * 104729) % 31000
         return StepResult(sampled, self.cost_model.seconds(t, a, r, len(plan.chunks)))
+
+    # --- decode runs (DESIGN.md, "Decode runs") -------------------------------------------
+    def decode_run_limit(self, run: DecodeRun) -> int:
+        """How many leading steps of `run` sample no stop token (EOS at a request's output
+        length, or a rule token equal to its `eos_token_id`): the run may not go further."""
+        k = run.max_steps
+        regs = self._requests
+        for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
+            reg = regs[rid]
+            eos = reg.eos_token_id
+            if eos is None:
+                continue
+            # step j samples after e + j tokens: output number e + j - prompt_len + 1
+            j_eos = reg.eos_output_len + reg.prompt_len - 1 - e
+            if 0 <= j_eos < k:
+                k = j_eos
+            if 3 <= eos < 31003:  # a rule token could equal it: look
+                for j in range(k):
+                    if 3 + (reg.index * 7919 + (e + j) * 104729) % 31000 == eos:
+                        k = j
+                        break
+        return k
+
+    def decode_run_tokens(self, run: DecodeRun, num_steps: int) -> list[list[int]]:
+        """Each request's sampled tokens over the first `num_steps` steps of `run` (within
+        `decode_run_limit`, so all are rule tokens)."""
+        regs = self._requests
+        out: list[list[int]] = []
+        for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
+            base = regs[rid].index * 7919
+            out.append([3 + (base + p * 104729) % 31000 for p in range(e, e + num_steps)])
+        return out
+
+    def decode_step_seconds(self, num_seqs: int, seq_len_sum: int) -> float:
+        """The duration `execute` gives a step of `num_seqs` one-token decode chunks whose
+        sequence lengths (after the step) sum to `seq_len_sum`."""
+        return self.cost_model.seconds(num_seqs, seq_len_sum, seq_len_sum, num_seqs)

@@ -192,10 +192,13 @@ class RadixCache:
             node = new_node
         return total_prefix_length, node
 
-    def evict(self, num_tokens: int) -> int:
-        """Free least-recently-used unlocked leaves until `num_tokens` tokens are freed.
+    def evict(self, num_tokens: int, evicted_sizes: list[int] | None = None) -> int:
+        """Free least-recently-used unlocked leaves until `num_tokens` tokens are freed; append
+        each evicted node's size to `evicted_sizes` when given.
 
-        mirrors radix_cache.py: RadixCache.evict (LRU strategy)
+        mirrors radix_cache.py: RadixCache.evict (LRU strategy). The (access time, node id)
+        order is total, so evicting N tokens in one call or over several calls frees the same
+        nodes in the same order.
         """
         heap = [(x.last_access_time, x.id, x) for x in self.evictable_leaves]
         heapq.heapify(heap)
@@ -205,6 +208,8 @@ class RadixCache:
             if self.allocator is not None:
                 self.allocator.free(x.value)
             num_evicted += len(x.key)
+            if evicted_sizes is not None:
+                evicted_sizes.append(len(x.key))
             self._delete_leaf(x)
             parent = x.parent
             assert parent is not None

@@ -15,6 +15,8 @@ never fit, even in an empty pool), the head is aborted with a reason and counted
 from __future__ import annotations
 
 from schedulers.contract import (
+    DecodeRun,
+    DecodeRunStats,
     Request,
     ScheduledChunk,
     SchedulerStats,
@@ -70,6 +72,8 @@ class SglangScheduler:
         self._stall_candidate: Req | None = None
         self._plan_preempted: list[str] = []
         self._plan_aborted: list[tuple[str, str]] = []
+        # Whether the last step was a decode that retracted, aborted and finished nothing.
+        self._steady = False
         # counters for experiments
         self.num_retractions = 0
         self.num_priority_preemptions = 0
@@ -120,6 +124,8 @@ class SglangScheduler:
                 batch = self._abort_stalled_heads()
         self.last_batch = batch
         self._cur_batch = batch
+        self._steady = (batch is not None and batch.forward_mode == "decode"
+                        and not self._plan_preempted and not self._plan_aborted)
         plan = StepPlan(step=self._step, page_size=self.page_size,
                         preempted=self._plan_preempted, aborted=self._plan_aborted)
         self._step += 1
@@ -328,6 +334,8 @@ class SglangScheduler:
                         self._commit_token(req, sampled, events)
         finally:
             self.allocator.free_group_end()
+        if events.finished:
+            self._steady = False
         return events
 
     def _commit_token(self, req: Req, sampled: dict[str, int], events: StepEvents) -> bool:
@@ -352,11 +360,108 @@ class SglangScheduler:
             raise KeyError(f"StepResult has no sampled token for {req.rid!r}, whose chunk "
                            "had sample=True") from None
 
+    # ------------------------------------------------------------------ decode runs
+    def decode_run(self, limit: int) -> DecodeRun | None:
+        """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
+
+        After a decode step that retracted, aborted and finished nothing, with no chunked
+        request, no arrival and prefill skipped (`batch_is_full`, or nothing waiting, and no
+        priority preemption), every next step decodes the same batch until a request reaches
+        `max_new_tokens` or `check_decode_mem` would fail: the free plus evictable slots shrink
+        by exactly each step's allocation (eviction moves slots from one to the other).
+        """
+        rb = self.running_batch
+        if (not self._steady or limit <= 0 or self.chunked_req is not None
+                or self.last_batch is not rb or self.enable_priority_preemption
+                or not (rb.batch_is_full or not self.waiting_queue)):
+            return None
+        reqs = rb.reqs
+        k = limit
+        for r in reqs:
+            if r.finished_reason is not None or r.to_finish is not None:
+                return None
+            k = min(k, r.max_new_tokens - len(r.output_ids) - 1)
+        if k <= 0:
+            return None
+        room = self.allocator.available_size() + self.tree_cache.evictable_size()
+        ps = self.page_size
+        if ps == 1:
+            k = min(k, room // len(reqs))
+        else:
+            need = 0
+            for j in range(k):  # pages are needed by requests whose committed length hits a page
+                need += ps * sum(1 for r in reqs if (r.kv_committed_len + j) % ps == 0)
+                if need > room:
+                    k = j
+                    break
+        if k <= 0:
+            return None
+        return DecodeRun(
+            request_ids=[r.rid for r in reqs],
+            seq_lens=[r.kv_committed_len + 1 for r in reqs],
+            max_steps=k,
+            forward_mode="decode",
+        )
+
+    def commit_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> DecodeRunStats:
+        """Commit `len(tokens[0])` steps of `run` (at most `run.max_steps`): the same state as
+        scheduling and updating them one by one (`update_running_batch`'s memory check and
+        ratio decay, `alloc_for_decode`, the sampled tokens)."""
+        num_steps = run.num_steps(tokens)
+        rb = self.running_batch
+        reqs = rb.reqs
+        bs = len(reqs)
+        kv, tracker, tree = self.kv, self.new_token_ratio_tracker, self.tree_cache
+        capacity = self.config.kv_capacity_tokens
+        used: list[int] = []
+        cached: list[int] = []
+        if self.page_size == 1:
+            # The slots the steps evict and allocate one by one, in one eviction and one
+            # allocation: the eviction order is total and the free list is FIFO, so the same
+            # nodes go and every request gets the same slots.
+            total = bs * num_steps
+            available = self.allocator.available_size()
+            evictable = tree.evictable_size()
+            sizes: list[int] = []
+            if total > available:
+                tree.evict(total - available, sizes)
+            slots = self.allocator.alloc(total)
+            if slots is None:
+                raise RuntimeError("sglang scheduler: a decode run ran out of memory")
+            rows = self.req_to_token_pool.req_to_token
+            for i, r in enumerate(reqs):
+                rows[r.req_pool_idx].extend(slots[i::bs])  # type: ignore[index]
+                r.kv_allocated_len += num_steps
+                r.kv_committed_len += num_steps
+            freed = at = 0
+            for j in range(1, num_steps + 1):
+                tracker.decay_step()
+                while freed < j * bs - available:  # step j-1 evicted just enough
+                    freed += sizes[at]
+                    at += 1
+                used.append(capacity - (available + freed - j * bs) - (evictable - freed))
+                cached.append(evictable - freed)
+        else:
+            for _ in range(num_steps):
+                if not rb.check_decode_mem():
+                    raise RuntimeError("sglang scheduler: a decode run ran out of memory")
+                tracker.decay_step()
+                kv.alloc_for_decode(reqs)
+                evictable = tree.evictable_size()
+                used.append(capacity - self.allocator.available_size() - evictable)
+                cached.append(evictable)
+        for r, toks in zip(reqs, tokens, strict=True):
+            r.output_ids.extend(toks)
+        self._step += num_steps
+        return DecodeRunStats(used, cached, self.req_to_token_pool.num_used_rows(),
+                              len(self.waiting_queue))
+
     # ------------------------------------------------------------------ contract: misc
     def abort(self, request_id: str, reason: str) -> None:
         req = self._live.pop(request_id, None)
         if req is None:
             return
+        self._steady = False
         if req in self.waiting_queue:
             self.waiting_queue.remove(req)
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from itertools import islice
 
 # A block's hash chains its parent's hash with its own tokens, so equal hashes mean equal
 # prefixes. Upstream hashes with sha256 by default; we use Python's tuple hash, which is
@@ -66,6 +67,11 @@ class FreeKVCacheBlockQueue:
         pop = self._queue.popitem
         blocks = self._blocks
         return [blocks[pop(last=False)[0]] for _ in range(n)]
+
+    def peek_n(self, n: int) -> list[KVCacheBlock]:
+        """The first `n` free blocks, head first, left in the queue."""
+        blocks = self._blocks
+        return [blocks[i] for i in islice(self._queue, n)]
 
     def remove(self, block: KVCacheBlock) -> None:
         del self._queue[block.block_id]

@@ -87,6 +87,13 @@ class VllmRequest:
         if len(self.all_token_ids) % self.block_size == 0:
             self._update_block_hashes()
 
+    def append_output_token_ids(self, token_ids: list[int]) -> None:
+        """mirrors vllm/v1/request.py: Request.append_output_token_ids (a list of tokens)."""
+        self.all_token_ids.extend(token_ids)
+        self.request.output_token_ids.extend(token_ids)
+        if len(self.all_token_ids) // self.block_size > len(self.block_hashes):
+            self._update_block_hashes()
+
     def _update_block_hashes(self) -> None:
         # mirrors vllm/v1/core/kv_cache_utils.py: get_request_block_hasher (full blocks only)
         bs = self.block_size

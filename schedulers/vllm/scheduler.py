@@ -8,6 +8,8 @@ speculative decoding, LoRA or encoder inputs.
 from __future__ import annotations
 
 from schedulers.contract import (
+    DecodeRun,
+    DecodeRunStats,
     Request,
     ScheduledChunk,
     SchedulerStats,
@@ -59,6 +61,9 @@ class VllmScheduler:
         self.running: list[VllmRequest] = []
         self.step_count = 0
         self.num_usable_blocks = config.num_blocks - 1
+        # Whether the last step left admission blocked and preempted, aborted and finished
+        # nothing (see `decode_run`).
+        self._steady = False
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request: Request) -> str | None:
@@ -90,6 +95,8 @@ class VllmScheduler:
             )
         req = VllmRequest(request, self.block_size)
         self.requests[req.request_id] = req
+        if not (self.policy == "fcfs" and self.waiting):
+            self._steady = False  # it may become the head (behind a blocked head it waits)
         self.waiting.add_request(req)
         return None
 
@@ -98,6 +105,7 @@ class VllmScheduler:
         req = self.requests.get(request_id)
         if req is None:
             return
+        self._steady = False
         if req.status == RequestStatus.RUNNING:
             self.running.remove(req)
         else:
@@ -174,7 +182,10 @@ class VllmScheduler:
             token_budget -= num_new_tokens
             req_index += 1
 
-        # Next, the WAITING requests, unless this step preempted.
+        # Next, the WAITING requests, unless this step preempted. `admission_blocked`: the
+        # loop stopped for a reason the next steps keep (a misfit, max_num_seqs, nothing
+        # waiting), not because this step's token budget ran out.
+        admission_blocked = True
         if not preempted_reqs:
             waiting = self.waiting
             reserve_full_isl = self.config.scheduler_reserve_full_isl
@@ -205,10 +216,14 @@ class VllmScheduler:
                 token_budget -= num_new_tokens
                 request.status = RequestStatus.RUNNING
                 request.num_computed_tokens = num_computed_tokens
+            else:
+                admission_blocked = not waiting
 
-        return self._make_plan(
+        plan = self._make_plan(
             scheduled_running_reqs, admitted_reqs, num_scheduled_tokens, preempted_reqs, aborted
         )
+        self._steady = not preempted_reqs and not aborted and admission_blocked
+        return plan
 
     def _make_plan(
         self,
@@ -296,7 +311,133 @@ class VllmScheduler:
             self._free_request(req)
         if stopped:
             self.running = [r for r in self.running if r not in stopped]
+            self._steady = False
         return events
+
+    # ------------------------------------------------------------------ decode runs
+    def decode_run(self, limit: int) -> DecodeRun | None:
+        """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
+
+        When the last step preempted, aborted and finished nothing, its admission loop
+        stopped at a misfit, at max_num_seqs or an empty queue, and every running request now
+        owes one token within the budget, the next steps decode that batch, one token each,
+        until a request finishes by length or needs a block the free queue cannot give (a
+        preemption). Admission stays blocked: an arrival under fcfs queues behind the head,
+        free blocks only shrink, and a larger budget only asks for more blocks; the head's
+        prefix hit could grow only if a block a running request fills continued its hash
+        chain, and then there is no run.
+        """
+        running = self.running
+        if (not self._steady or limit <= 0 or not running
+                or len(running) > self.max_num_scheduled_tokens):
+            return None
+        for r in running:  # each owes exactly its last output token
+            if (len(r.all_token_ids) - r.num_computed_tokens != 1
+                    or len(r.all_token_ids) == r.num_prompt_tokens):
+                return None
+        bs = self.block_size
+        head = self.waiting.peek_request() if self.waiting else None
+        if head is not None and self.kv_cache_manager.enable_caching and head.block_hashes:
+            head_hashes = head.block_hashes
+            for r in running:
+                n = len(r.block_hashes)
+                if n == 0 or (n <= len(head_hashes)
+                              and head_hashes[n - 1] == r.block_hashes[n - 1]):
+                    return None
+        max_model_len = self.max_model_len
+        k = limit
+        for r in running:
+            # step j appends output number num_output_tokens + j + 1: the step that reaches
+            # max_tokens or max_model_len finishes the request and is not part of the run
+            k = min(k, r.max_tokens - r.num_output_tokens - 1, max_model_len - r.num_tokens - 1)
+        if k <= 0:
+            return None
+        # The first step whose block allocations exceed the free blocks would preempt.
+        req_to_blocks = self.kv_cache_manager.req_to_blocks
+        first_crossing = [len(req_to_blocks[r.request_id]) * bs - r.num_computed_tokens
+                          for r in running]
+        num_free = self.kv_cache_manager.block_pool.free_block_queue.num_free_blocks
+
+        def crossings_up_to(j: int) -> int:
+            return sum((j - j0) // bs + 1 for j0 in first_crossing if j0 <= j)
+
+        if crossings_up_to(k - 1) > num_free:
+            lo, hi = 0, k - 1  # the first step j with crossings_up_to(j) > num_free
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if crossings_up_to(mid) > num_free:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            k = lo
+        if k <= 0:
+            return None
+        return DecodeRun(
+            request_ids=[r.request_id for r in running],
+            seq_lens=[r.num_computed_tokens + 1 for r in running],
+            max_steps=k,
+            forward_mode="mixed",
+        )
+
+    def commit_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> DecodeRunStats:
+        """Commit `len(tokens[0])` steps of `run` (at most `run.max_steps`): the same state as
+        scheduling and updating them one by one.
+
+        Per step, upstream gives each running request, in order, a new block when its token
+        crosses a block boundary and caches the blocks it filled; those pool operations are
+        replayed in the same (step, request) order, so every block id and cache entry matches.
+        """
+        num_steps = run.num_steps(tokens)
+        kv = self.kv_cache_manager
+        pool = kv.block_pool
+        bs = self.block_size
+        running = self.running
+        allocs: list[tuple[int, int]] = []  # (step, running index) of each new block
+        fills: list[tuple[int, int]] = []  # (step, running index) of each block filled
+        for i, r in enumerate(running):
+            nc = r.num_computed_tokens
+            j = len(kv.req_to_blocks[r.request_id]) * bs - nc
+            while j < num_steps:
+                allocs.append((j, i))
+                j += bs
+            j = -(nc + 1) % bs  # the step whose token fills a block
+            while j < num_steps:
+                fills.append((j, i))
+                j += bs
+            r.append_output_token_ids(tokens[i])
+        allocs.sort()
+        fills.sort()
+        # Blocks leave the free queue head in (step, request) order, evicting cached ones.
+        queue = pool.free_block_queue
+        num_free = queue.num_free_blocks
+        num_cached = pool.num_free_cached_blocks
+        was_cached = [b.block_hash is not None for b in queue.peek_n(len(allocs))]
+        new_blocks = pool.get_new_blocks(len(allocs))
+        req_to_blocks, req_to_block_ids = kv.req_to_blocks, kv.req_to_block_ids
+        for (_, i), blk in zip(allocs, new_blocks, strict=True):
+            rid = running[i].request_id
+            req_to_blocks[rid].append(blk)
+            req_to_block_ids[rid].append(blk.block_id)
+        # Then the filled blocks are cached in the same (step, request) order.
+        for j, i in fills:
+            r = running[i]
+            n = (r.num_computed_tokens + j + 1) // bs
+            kv._cache_blocks(r, req_to_blocks[r.request_id], n * bs)
+        usable = self.num_usable_blocks
+        used: list[int] = []
+        cached: list[int] = []
+        at = 0
+        for step in range(num_steps):
+            while at < len(allocs) and allocs[at][0] == step:
+                num_free -= 1
+                num_cached -= was_cached[at]
+                at += 1
+            used.append((usable - num_free) * bs)
+            cached.append(num_cached * bs)
+        for r in running:
+            r.num_computed_tokens += num_steps
+        self.step_count += num_steps
+        return DecodeRunStats(used, cached, len(running), len(self.waiting))
 
     def _free_request(self, request: VllmRequest) -> None:
         # mirrors scheduler.py: Scheduler._free_request / _free_blocks

@@ -1,0 +1,120 @@
+"""Decode runs (DESIGN.md, "Decode runs") change nothing: the engine's records and the
+schedulers' final state are the same, to the byte, with and without them, over random
+workloads and configurations of both schedulers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engines.engine import Engine
+from engines.executors.sim import SimExecutor
+from engines.executors.specs import HardwareSpec, ModelSpec
+from schedulers.contract import Request
+from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
+from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
+
+TINY = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=128, vocab_size=512)
+HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9, host_link_bandwidth=1e9)
+EXAMPLES = int(os.environ.get("SCHEDBENCH_HYPOTHESIS_EXAMPLES", "40"))
+
+Spec = list[tuple[float, int, int, int, bool, int, int]]
+
+
+def make_requests(spec: Spec) -> list[Request]:
+    """(arrival, prompt length, max_tokens, EOS length, ignore_eos, priority, prefix group):
+    requests of one prefix group share their first 48 prompt tokens."""
+    reqs = []
+    for i, (t, plen, cap, eos, ig, prio, group) in enumerate(spec):
+        shared = [7 + (group * 13 + k) % 400 for k in range(48)]
+        own = [3 + (i * 31 + k * 7) % 500 for k in range(plen)]
+        reqs.append(Request(f"r{i}", (shared + own)[:max(plen, 1)], max_tokens=cap,
+                            arrival_time=t, priority=prio, eos_output_len=min(eos, cap),
+                            ignore_eos=ig))
+    return reqs
+
+
+def build(kind: str, capacity: int, page: int, policy: str, knob: int) -> Any:
+    if kind == "vllm":
+        return VllmScheduler(VllmSchedulerConfig.from_capacity(
+            capacity, block_size=page, max_num_seqs=2 + knob % 7,
+            max_num_batched_tokens=[16, 64, 256][knob % 3],
+            long_prefill_token_threshold=[0, 8, 24][knob % 3], policy=policy,
+            scheduler_reserve_full_isl=knob % 2 == 0, watermark=[0.0, 0.1][knob % 2]))
+    return SglangScheduler(SglangSchedulerConfig.from_capacity(
+        capacity, page_size=page, chunked_prefill_size=[64, 128, -1][knob % 3],
+        schedule_policy={"fcfs": "fcfs", "priority": "lpm"}[policy],
+        max_running_requests=[None, 3, 6][knob % 3],
+        schedule_conservativeness=[1.0, 0.3, 2.0][knob % 3],
+        enable_priority_scheduling=knob % 4 == 1))
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """The table's Arrow IPC stream: equal bytes, equal tables (NaN included)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def same(a: pa.Table, b: pa.Table) -> bool:
+    return table_bytes(a) == table_bytes(b)
+
+
+def run(kind: str, capacity: int, page: int, policy: str, knob: int, spec: Spec,
+        decode_runs: bool) -> tuple[pa.Table, pa.Table, Engine]:
+    sched = build(kind, capacity, page, policy, knob)
+    engine = Engine(sched, SimExecutor(TINY, HW, step_overhead_s=0.001), make_requests(spec),
+                    decode_runs=decode_runs)
+    result = engine.run()
+    return result.requests, result.steps, engine
+
+
+workloads = st.lists(
+    st.tuples(st.floats(0, 1, allow_nan=False).map(lambda x: round(x, 3)),
+              st.integers(1, 160), st.integers(1, 150), st.integers(1, 150), st.booleans(),
+              st.integers(0, 2), st.integers(0, 2)),
+    min_size=1, max_size=20,
+).map(lambda xs: sorted(xs, key=lambda x: x[0]))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["vllm", "sglang"]), capacity=st.sampled_from([256, 512, 2048]),
+       page=st.sampled_from([1, 4, 16]), policy=st.sampled_from(["fcfs", "priority"]),
+       knob=st.integers(0, 11), spec=workloads)
+def test_decode_runs_give_the_same_records(kind: str, capacity: int, page: int, policy: str,
+                                           knob: int, spec: Spec) -> None:
+    if kind == "vllm" and page == 1:
+        page = 8
+    reqs_a, steps_a, _ = run(kind, capacity, page, policy, knob, spec, decode_runs=False)
+    reqs_b, steps_b, _ = run(kind, capacity, page, policy, knob, spec, decode_runs=True)
+    assert same(reqs_a, reqs_b)
+    assert same(steps_a, steps_b)
+
+
+def test_runs_cover_most_steps_of_a_long_decode() -> None:
+    """The fast path is taken: long outputs with a blocked queue are mostly decode runs."""
+    spec: Spec = [(0.0, 40, 400, 400, True, 0, i % 2) for i in range(12)]
+    for kind in ("vllm", "sglang"):
+        reqs_a, steps_a, _ = run(kind, 2048, 16, "fcfs", 0, spec, decode_runs=False)
+        reqs_b, steps_b, engine = run(kind, 2048, 16, "fcfs", 0, spec, decode_runs=True)
+        assert same(reqs_a, reqs_b) and same(steps_a, steps_b)
+        assert engine.num_decode_run_steps > 0.8 * steps_b.num_rows, kind
+
+
+def test_decode_runs_stop_at_arrivals_and_eos() -> None:
+    """A run never swallows an arrival or a finish: each request's first token comes after
+    its arrival and its last token is its finish time."""
+    spec: Spec = [(0.01 * i, 30, 90, 20 + 7 * i, False, 0, 0) for i in range(10)]
+    for kind in ("vllm", "sglang"):
+        reqs, _, engine = run(kind, 4096, 16, "fcfs", 0, spec, decode_runs=True)
+        assert engine.num_decode_run_steps > 0
+        for row in reqs.to_pylist():
+            assert row["token_times"][-1] == row["finish_time"]
+            assert row["first_token_time"] > row["arrival_time"]
+            assert row["output_len"] == row["eos_output_len"]

@@ -9,7 +9,8 @@ arrival to the last finish. Ours: preemptions (vLLM) or retractions (SGLang) and
 recomputed prefill, prefix-cache hits, recovery on resume (tokens found cached at each
 readmission, capped at what the victim had computed when preempted, over all it had
 computed), victims' latency against the others', restarts per request, KV utilisation and
-batch size over the busy time.
+batch size over the busy time, and KV swapping (`preemption_mode=swap`: swap-outs, swap-ins,
+fallbacks to recompute, tokens and bytes each way, copy time, swaps per request).
 `step_series` gives KV use and batch size over time for figures.
 """
 
@@ -190,6 +191,29 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     out["computed_tokens_at_preemption"] = int(at_pre.sum())
     out["prefix_recovery_on_resume"] = _ratio(_recovered(requests), float(at_pre.sum()))
     out.update(_occupancy(steps, kv_capacity_tokens))
+    out.update(_swaps(requests, steps))
+    return out
+
+
+SWAP_STEP_COUNTS = ("num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_out_tokens",
+                    "swap_in_tokens", "swap_out_bytes", "swap_in_bytes")
+
+
+def _swaps(requests: pa.Table, steps: pa.Table) -> dict[str, Any]:
+    """Totals of the swap columns (zeros in recompute mode, or for records written before
+    the columns existed), and the copy time's share of the busy time."""
+    out: dict[str, Any] = {}
+    names = set(steps.column_names)
+    for name in SWAP_STEP_COUNTS:
+        out[name] = int(_i64(steps, name).sum()) if name in names and steps.num_rows else 0
+    swap_s = float(_f64(steps, "swap_s").sum()) if "swap_s" in names and steps.num_rows else 0.0
+    busy = float(_f64(steps, "duration_s").sum()) if steps.num_rows else 0.0
+    out["swap_time_s"] = swap_s
+    out["swap_time_share"] = _ratio(swap_s, busy)
+    nswaps = (_i64(requests, "num_swaps") if "num_swaps" in requests.column_names
+              else np.zeros(0, dtype=np.int64))
+    out["num_swapped_requests"] = int((nswaps > 0).sum())
+    out["max_swaps_per_request"] = int(nswaps.max()) if nswaps.size else 0
     return out
 
 

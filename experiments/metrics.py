@@ -202,18 +202,21 @@ SWAP_STEP_COUNTS = ("num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_o
 def _swaps(requests: pa.Table, steps: pa.Table) -> dict[str, Any]:
     """Totals of the swap columns (zeros in recompute mode, or for records written before
     the columns existed), and the copy time's share of the busy time."""
-    out: dict[str, Any] = {}
-    names = set(steps.column_names)
-    for name in SWAP_STEP_COUNTS:
-        out[name] = int(_i64(steps, name).sum()) if name in names and steps.num_rows else 0
-    swap_s = float(_f64(steps, "swap_s").sum()) if "swap_s" in names and steps.num_rows else 0.0
+    def total(table: pa.Table, name: str) -> float:
+        # a missing column or nulls (records built by hand) count as zero
+        if name not in table.column_names:
+            return 0
+        return pc.sum(table.column(name)).as_py() or 0
+
+    out: dict[str, Any] = {name: int(total(steps, name)) for name in SWAP_STEP_COUNTS}
+    swap_s = float(total(steps, "swap_s"))
     busy = float(_f64(steps, "duration_s").sum()) if steps.num_rows else 0.0
     out["swap_time_s"] = swap_s
     out["swap_time_share"] = _ratio(swap_s, busy)
-    nswaps = (_i64(requests, "num_swaps") if "num_swaps" in requests.column_names
-              else np.zeros(0, dtype=np.int64))
-    out["num_swapped_requests"] = int((nswaps > 0).sum())
-    out["max_swaps_per_request"] = int(nswaps.max()) if nswaps.size else 0
+    nswaps = requests.column("num_swaps") if "num_swaps" in requests.column_names else None
+    out["num_swapped_requests"] = (int(pc.sum(pc.greater(nswaps, 0)).as_py() or 0)
+                                   if nswaps is not None else 0)
+    out["max_swaps_per_request"] = int(pc.max(nswaps).as_py() or 0) if nswaps is not None else 0
     return out
 
 

@@ -59,7 +59,7 @@ def check_sglang_invariants(sched: SglangScheduler) -> None:
             raise InvariantError(str(e)) from None
         waiting = {r.rid: r for r in sched.waiting_queue}
         for rid in host.swapped:
-            r = waiting.get(rid)
-            if r is None or r.req_pool_idx is not None:
+            w = waiting.get(rid)
+            if w is None or w.req_pool_idx is not None:
                 raise InvariantError(f"host pages held by {rid}, which is not a waiting "
                                      "request without a row")

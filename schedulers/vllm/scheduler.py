@@ -23,6 +23,7 @@ from schedulers.contract import (
 from schedulers.host_pool import HostKVPool
 from schedulers.vllm.config import VllmSchedulerConfig
 from schedulers.vllm.kv_cache_manager import KVCacheManager, cdiv
+from schedulers.vllm.kv_cache_utils import KVCacheBlock
 from schedulers.vllm.request import RequestStatus, VllmRequest
 from schedulers.vllm.request_queue import create_request_queue
 
@@ -202,7 +203,8 @@ class VllmScheduler:
                 if swapped:
                     # Resumes from its host copy (num_computed_tokens == swapped): no prefix
                     # lookup; allocate_slots counts blocks for the swapped and the new tokens.
-                    new_computed_blocks, num_computed_tokens = [], 0
+                    new_computed_blocks: list[KVCacheBlock] = []
+                    num_computed_tokens = 0
                 else:
                     new_computed_blocks, num_computed_tokens = kv.get_computed_blocks(request)
                 # num_tokens, not num_prompt_tokens: a resumed request recomputes its outputs

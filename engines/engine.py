@@ -6,7 +6,8 @@ Each iteration:
    ends "rejected";
 2. if the scheduler has nothing unfinished, jump the clock to the next arrival (or stop);
 3. `plan = scheduler.schedule()`;
-4. `result = executor.execute(plan)` (an empty plan is not executed: it takes no time);
+4. `result = executor.execute(plan)` (a plan without chunks or swaps is not executed: it
+   takes no time);
 5. `clock += result.duration_s`; `events = scheduler.update_from_output(plan, result)`;
 6. record;
 7. when the engine was given a `check` (`check_invariants=true`), call it on the scheduler: an
@@ -206,7 +207,8 @@ class Engine:
                     continue
             plan = sched.schedule()
             # An empty plan is not executed: it takes no time and samples nothing.
-            result = executor.execute(plan) if plan.chunks else StepResult({}, 0.0)
+            result = (executor.execute(plan) if plan.chunks or plan.has_swaps
+                      else StepResult({}, 0.0))
             start = clock
             clock += result.duration_s
             events = sched.update_from_output(plan, result)

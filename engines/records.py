@@ -12,14 +12,19 @@ Request columns:
     num_preemptions (plans whose `preempted` named it), victim (num_preemptions > 0),
     num_computed_tokens (all positions computed, recomputation included),
     num_recomputed_tokens (positions computed again that this request had computed before),
-    prefix_hit_tokens (start_pos of each admitted chunk: the prefix-cache hit per admission),
+    prefix_hit_tokens (start_pos of each admitted chunk, less the tokens swapped in for it in
+    the same step: the prefix-cache hit per admission), num_swaps (times its KV was swapped
+    out to the host),
     computed_at_preemption (tokens it had computed when each preemption happened),
     token_times (the time of every output token).
 Step columns:
     step, start_time, duration_s, num_scheduled_reqs, num_tokens, num_prefill_tokens,
     num_decode_tokens, num_decode_reqs, num_preempted, num_aborted, num_finished,
     kv_used_tokens, kv_cached_tokens, num_running, num_waiting (from `stats()` after the
-    step), forward_mode.
+    step), forward_mode, then the swap columns (`preemption_mode=swap`; zero otherwise):
+    num_swap_out, num_swap_in, num_swap_fallbacks (victims recomputed because the host pool
+    was full), swap_out_tokens, swap_in_tokens, swap_out_bytes, swap_in_bytes, swap_s (the
+    part of duration_s spent copying, as the executor reports it).
 A chunk is decode when it has one token, samples, and computes the sequence's last position,
 which is an output position (start_pos == seq_len - 1 >= prompt_len); every other token is
 prefill.
@@ -66,6 +71,7 @@ REQUEST_SCHEMA = pa.schema([
     ("prefix_hit_tokens", pa.list_(pa.int64())),
     ("computed_at_preemption", pa.list_(pa.int64())),
     ("token_times", pa.list_(pa.float64())),
+    ("num_swaps", pa.int64()),
 ])
 
 STEP_SCHEMA = pa.schema([
@@ -85,6 +91,14 @@ STEP_SCHEMA = pa.schema([
     ("num_running", pa.int64()),
     ("num_waiting", pa.int64()),
     ("forward_mode", pa.string()),
+    ("num_swap_out", pa.int64()),
+    ("num_swap_in", pa.int64()),
+    ("num_swap_fallbacks", pa.int64()),
+    ("swap_out_tokens", pa.int64()),
+    ("swap_in_tokens", pa.int64()),
+    ("swap_out_bytes", pa.int64()),
+    ("swap_in_bytes", pa.int64()),
+    ("swap_s", pa.float64()),
 ])
 
 FINISH_REASONS = ("stop", "length", "abort", "rejected")
@@ -138,6 +152,7 @@ class Recorder:
         self._hits = [array("q") for _ in range(n)]
         self._at_pre = [array("q") for _ in range(n)]
         self._times = [array("d") for _ in range(n)]
+        self._nswaps = [0] * n
 
     def index_of(self, request_id: str) -> int:
         try:
@@ -170,6 +185,15 @@ class Recorder:
         prompt_len, nout = self._prompt_len, self._nout
         computed, recomputed = self._computed, self._recomputed
         prefill = decode = 0
+        swapped_in: dict[str, int] = {}
+        swap_out_tokens = swap_in_tokens = 0
+        if plan.swap_out or plan.swap_in:
+            for op in plan.swap_out:
+                self._nswaps[index[op.request_id]] += 1
+                swap_out_tokens += op.num_tokens
+            for op in plan.swap_in:
+                swapped_in[op.request_id] = op.num_tokens
+                swap_in_tokens += op.num_tokens
         for rid in plan.preempted:
             i = index[rid]
             self._npre[i] += 1
@@ -183,7 +207,7 @@ class Recorder:
             if first_sched[i] != first_sched[i]:  # NaN: first time scheduled
                 first_sched[i] = start
             if c.admitted:
-                self._hits[i].append(s)
+                self._hits[i].append(s - swapped_in.get(c.request_id, 0) if swapped_in else s)
             hi = high[i]
             if s < hi:
                 recomputed[i] += (e if e < hi else hi) - s
@@ -217,6 +241,8 @@ class Recorder:
             prefill, decode, decode, len(plan.preempted), len(plan.aborted),
             len(events.finished), stats.kv_used_tokens, stats.kv_cached_tokens,
             stats.num_running, stats.num_waiting, plan.forward_mode,
+            len(plan.swap_out), len(plan.swap_in), len(plan.swap_fallbacks), swap_out_tokens,
+            swap_in_tokens, result.swap_out_bytes, result.swap_in_bytes, result.swap_s,
         ))
 
     def on_decode_run(self, run: DecodeRun, starts: Sequence[float], ends: Sequence[float],
@@ -249,7 +275,7 @@ class Recorder:
         running, waiting = stats.num_running, stats.num_waiting
         for j in range(k):
             rows.append((len(rows), starts[j], ends[j] - starts[j], b, b, 0, b, b, 0, 0, 0,
-                         used[j], cached[j], running, waiting, mode))
+                         used[j], cached[j], running, waiting, mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
 
     # --- queries and output ------------------------------------------------------------
     def live_ids(self) -> list[str]:
@@ -282,6 +308,7 @@ class Recorder:
             _list_column(self._hits, pa.list_(pa.int64()), np.int64),
             _list_column(self._at_pre, pa.list_(pa.int64()), np.int64),
             _list_column(self._times, pa.list_(pa.float64()), np.float64),
+            pa.array(self._nswaps, pa.int64()),
         ]
         return pa.Table.from_arrays(cols, schema=REQUEST_SCHEMA)
 

@@ -9,7 +9,8 @@ arrival to the last finish. Ours: preemptions (vLLM) or retractions (SGLang) and
 recomputed prefill, prefix-cache hits, recovery on resume (tokens found cached at each
 readmission, capped at what the victim had computed when preempted, over all it had
 computed), victims' latency against the others', restarts per request, KV utilisation and
-batch size over the busy time.
+batch size over the busy time, and KV swapping (`preemption_mode=swap`: swap-outs, swap-ins,
+fallbacks to recompute, tokens and bytes each way, copy time, swaps per request).
 `step_series` gives KV use and batch size over time for figures.
 """
 
@@ -190,6 +191,32 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     out["computed_tokens_at_preemption"] = int(at_pre.sum())
     out["prefix_recovery_on_resume"] = _ratio(_recovered(requests), float(at_pre.sum()))
     out.update(_occupancy(steps, kv_capacity_tokens))
+    out.update(_swaps(requests, steps))
+    return out
+
+
+SWAP_STEP_COUNTS = ("num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_out_tokens",
+                    "swap_in_tokens", "swap_out_bytes", "swap_in_bytes")
+
+
+def _swaps(requests: pa.Table, steps: pa.Table) -> dict[str, Any]:
+    """Totals of the swap columns (zeros in recompute mode, or for records written before
+    the columns existed), and the copy time's share of the busy time."""
+    def total(table: pa.Table, name: str) -> float:
+        # a missing column or nulls (records built by hand) count as zero
+        if name not in table.column_names:
+            return 0
+        return pc.sum(table.column(name)).as_py() or 0
+
+    out: dict[str, Any] = {name: int(total(steps, name)) for name in SWAP_STEP_COUNTS}
+    swap_s = float(total(steps, "swap_s"))
+    busy = float(_f64(steps, "duration_s").sum()) if steps.num_rows else 0.0
+    out["swap_time_s"] = swap_s
+    out["swap_time_share"] = _ratio(swap_s, busy)
+    nswaps = requests.column("num_swaps") if "num_swaps" in requests.column_names else None
+    out["num_swapped_requests"] = (int(pc.sum(pc.greater(nswaps, 0)).as_py() or 0)
+                                   if nswaps is not None else 0)
+    out["max_swaps_per_request"] = int(pc.max(nswaps).as_py() or 0) if nswaps is not None else 0
     return out
 
 

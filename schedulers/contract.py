@@ -74,12 +74,33 @@ class ScheduledChunk:
 
 
 @dataclass(slots=True)
+class SwapOp:
+    """One request's KV copied between device and host pages (`preemption_mode=swap`).
+
+    Position `p < num_tokens` lives at slot `device_page_ids[p // page_size] * page_size +
+    p % page_size` on the device and at the same offset of `host_page_ids[p // page_size]`
+    on the host; both lists hold `ceil(num_tokens / page_size)` pages.
+    """
+
+    request_id: str
+    device_page_ids: list[int]
+    host_page_ids: list[int]
+    num_tokens: int
+
+
+@dataclass(slots=True)
 class StepPlan:
     """One step's work, frozen: what to compute, where its KV lives, and what changed.
 
     `preempted` lists requests preempted (vLLM) or retracted (SGLang) while this plan was
     made, in the order the scheduler chose them. `aborted` holds (request id, reason) for
     requests given up while planning (they can never fit).
+
+    With `preemption_mode=swap`, `swap_out` copies victims' KV to host pages (their device
+    pages are already free in the scheduler and may be reused by this very step) and
+    `swap_in` copies resumed requests' KV back; an executor applies every swap-out, then
+    every swap-in, then the forward pass. `swap_fallbacks` lists victims that were to be
+    swapped but were preempted by recompute because the host pool was full.
     """
 
     step: int
@@ -88,6 +109,14 @@ class StepPlan:
     preempted: list[str] = field(default_factory=list)
     aborted: list[tuple[str, str]] = field(default_factory=list)
     forward_mode: str = "mixed"  # "mixed" (vLLM), "extend" / "decode" (SGLang), "idle"
+    swap_out: list[SwapOp] = field(default_factory=list)
+    swap_in: list[SwapOp] = field(default_factory=list)
+    swap_fallbacks: list[str] = field(default_factory=list)
+
+    @property
+    def has_swaps(self) -> bool:
+        """Whether the executor has KV to copy (a plan may swap without any chunk)."""
+        return bool(self.swap_out or self.swap_in)
 
     @property
     def num_tokens(self) -> int:
@@ -100,10 +129,17 @@ class StepPlan:
 
 @dataclass(slots=True)
 class StepResult:
-    """What the executor returns: a sampled token for every chunk with `sample` set."""
+    """What the executor returns: a sampled token for every chunk with `sample` set.
+
+    `duration_s` includes `swap_s`, the part of the step spent copying KV between device and
+    host; `swap_out_bytes` / `swap_in_bytes` are the bytes copied each way.
+    """
 
     sampled_token_ids: dict[str, int]
     duration_s: float
+    swap_s: float = 0.0
+    swap_out_bytes: int = 0
+    swap_in_bytes: int = 0
 
 
 @dataclass(slots=True)

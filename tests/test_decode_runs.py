@@ -40,18 +40,20 @@ def make_requests(spec: Spec) -> list[Request]:
 
 
 def build(kind: str, capacity: int, page: int, policy: str, knob: int) -> Any:
+    swap: dict[str, Any] = ({"preemption_mode": "swap", "host_kv_capacity_tokens": capacity // 2}
+                            if knob % 5 == 2 else {})
     if kind == "vllm":
         return VllmScheduler(VllmSchedulerConfig.from_capacity(
             capacity, block_size=page, max_num_seqs=2 + knob % 7,
             max_num_batched_tokens=[16, 64, 256][knob % 3],
             long_prefill_token_threshold=[0, 8, 24][knob % 3], policy=policy,
-            scheduler_reserve_full_isl=knob % 2 == 0, watermark=[0.0, 0.1][knob % 2]))
+            scheduler_reserve_full_isl=knob % 2 == 0, watermark=[0.0, 0.1][knob % 2], **swap))
     return SglangScheduler(SglangSchedulerConfig.from_capacity(
         capacity, page_size=page, chunked_prefill_size=[64, 128, -1][knob % 3],
         schedule_policy={"fcfs": "fcfs", "priority": "lpm"}[policy],
         max_running_requests=[None, 3, 6][knob % 3],
         schedule_conservativeness=[1.0, 0.3, 2.0][knob % 3],
-        enable_priority_scheduling=knob % 4 == 1))
+        enable_priority_scheduling=knob % 4 == 1, **swap))
 
 
 def table_bytes(table: pa.Table) -> bytes:

@@ -35,12 +35,14 @@ def _sglang_available() -> bool:
     return True
 
 
-def make_scheduler(name: str) -> Scheduler:
+def make_scheduler(name: str, **swap: object) -> Scheduler:
+    """`swap`: preemption_mode / host_kv_capacity_tokens, passed to either config."""
     if name == "vllm":
         from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 
         return VllmScheduler(VllmSchedulerConfig.from_capacity(
-            KV_CAPACITY, block_size=16, max_num_seqs=8, max_num_batched_tokens=16))
+            KV_CAPACITY, block_size=16, max_num_seqs=8, max_num_batched_tokens=16,
+            **swap))
     if not _sglang_available():
         pytest.skip("schedulers.sglang has no SglangScheduler yet")
     from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
@@ -48,7 +50,7 @@ def make_scheduler(name: str) -> Scheduler:
     # A low conservativeness and a fast ratio decay admit optimistically: decode retracts.
     return SglangScheduler(SglangSchedulerConfig.from_capacity(
         KV_CAPACITY, page_size=1, chunked_prefill_size=16, schedule_conservativeness=0.05,
-        new_token_ratio_decay_steps=4, min_new_token_ratio_factor=0.05))
+        new_token_ratio_decay_steps=4, min_new_token_ratio_factor=0.05, **swap))
 
 
 def workload() -> list[tuple[list[int], int]]:
@@ -135,7 +137,8 @@ def drive(sched: Scheduler, executor: Executor, reqs: list[Request],
     while sched.has_unfinished():
         assert len(trace.plans) < max_steps, "scheduler did not finish"
         plan = sched.schedule()
-        result = executor.execute(plan) if plan.chunks else StepResult({}, 0.0)
+        result = (executor.execute(plan) if plan.chunks or plan.has_swaps
+                  else StepResult({}, 0.0))
         sched.update_from_output(plan, result)
         trace.plans.append(plan)
         trace.durations.append(result.duration_s)
@@ -159,6 +162,54 @@ def test_tokens_equal_transformers_generate(parity_model: PagedDecoder,
     assert all(d > 0 for p, d in zip(trace.plans, trace.durations, strict=True) if p.chunks)
     for r, want in zip(reqs, expected, strict=True):
         assert r.output_token_ids == want, f"{r.request_id} differs from generate()"
+
+
+# Host pools that hold one or two victims at a time: some evictions swap, others fall back.
+HOST_KV_CAPACITY = {"vllm": 32, "sglang": 128}
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sglang"])
+def test_tokens_equal_transformers_generate_with_swap(parity_model: PagedDecoder,
+                                                      expected: list[list[int]],
+                                                      scheduler: str) -> None:
+    sched = make_scheduler(scheduler, preemption_mode="swap",
+                           host_kv_capacity_tokens=HOST_KV_CAPACITY[scheduler])
+    reqs = requests()
+    executor = RealExecutor(parity_model, kernel="torch")
+    trace = drive(sched, executor, reqs)
+    swapped_out = {op.request_id for p in trace.plans for op in p.swap_out}
+    swapped_in = {op.request_id for p in trace.plans for op in p.swap_in}
+    # Swaps happened, each swapped-out request came back from the host, and a swapped request
+    # resumed where it stopped: the first chunk after its swap-in starts at its swapped tokens.
+    assert len(swapped_out) >= 2 and swapped_in == swapped_out
+    for p in trace.plans:
+        for op in p.swap_in:
+            chunk = next(c for c in p.chunks if c.request_id == op.request_id)
+            assert chunk.admitted and chunk.start_pos == op.num_tokens
+    assert executor.host_kv.kv[0].shape[1] > 0
+    for r, want in zip(reqs, expected, strict=True):
+        assert r.output_token_ids == want, f"{r.request_id} differs from generate() with swap"
+
+
+def test_swap_round_trip_restores_the_kv(model: PagedDecoder) -> None:
+    from schedulers.contract import SwapOp
+
+    ex = RealExecutor(model, kernel="torch", num_slots=64)
+    for t in ex.kv_cache.kv:
+        t.copy_(torch.randn_like(t))
+    before = [t[:, 16:26].clone() for t in ex.kv_cache.kv]  # 10 tokens in page 2 of 8 slots
+    out = SwapOp("a", [2, 3], [5, 0], 10)
+    back = SwapOp("a", [6, 1], [5, 0], 10)
+    res = ex.execute(StepPlan(step=0, page_size=8, swap_out=[out]))
+    assert res.sampled_token_ids == {} and res.duration_s == res.swap_s > 0
+    assert res.swap_out_bytes == 10 * ex.kv_cache.num_bytes() // ex.kv_cache.num_slots
+    for t in ex.kv_cache.kv:
+        t.zero_()
+    ex.execute(StepPlan(step=1, page_size=8, swap_in=[back]))
+    for t, want in zip(ex.kv_cache.kv, before, strict=True):
+        got = torch.cat([t[:, 48:56], t[:, 8:10]], dim=1)
+        assert torch.equal(got, want)
+        assert not t[:, 10:16].any()  # only the swapped tokens are written
 
 
 def test_engine_clock_advances_by_measured_durations(model: PagedDecoder,

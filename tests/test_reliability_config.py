@@ -43,6 +43,14 @@ def job_config(*overrides: str) -> DictConfig:
      r"schedule_policy='sjf': valid: fcfs, lpm, dfs-weight, lof, random"),
     (["scheduler=sglang", "scheduler.retraction_policy=oldest"],
      r"retraction_policy='oldest': valid: length, priority"),
+    (["scheduler.preemption_mode=offload"],
+     r"vllm scheduler: preemption_mode='offload': valid: recompute, swap"),
+    (["scheduler=sglang", "scheduler.preemption_mode=evict"],
+     r"sglang scheduler: preemption_mode='evict': valid: recompute, swap"),
+    (["scheduler.preemption_mode=swap", "scheduler.host_kv_capacity_tokens=100"],
+     r"host_kv_capacity_tokens=100 is not a multiple of the page size \(16\)"),
+    (["scheduler=sglang", "scheduler.host_kv_capacity_tokens=-8"],
+     r"sglang scheduler: host_kv_capacity_tokens=-8: must be an integer >= 0"),
 ])
 def test_bad_values_are_refused_before_the_run(tmp_path: Path, overrides: list[str],
                                                message: str) -> None:

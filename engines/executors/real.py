@@ -9,6 +9,10 @@ the start of `execute` until the sampled tokens are on the host.
 
 The executor keeps no per-request state besides the KV cache: whatever the scheduler does
 (chunking, prefix hits, preemption and recompute), the plan says which slots hold what.
+
+Swaps (`preemption_mode=swap`) copy KV between the device cache and a host pool of the same
+layout (`HostKVStore`, pinned memory beside a GPU), every swap-out, then every swap-in, then the
+forward pass; their time is measured apart (`StepResult.swap_s`) and included in the step's.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 
 from engines.model import PagedDecoder, PagedKVCache
 from kernels import AttentionBackend, build_metadata, get_attention_backend, resolve_kernel
-from schedulers.contract import Request, StepPlan, StepResult
+from schedulers.contract import Request, StepPlan, StepResult, SwapOp
 
 # Initial slots of a growable cache (CPU default, when no `num_slots` is given).
 _GROWABLE_START_SLOTS = 1024
@@ -108,6 +112,56 @@ def _bad_chunk(plan: StepPlan, rid: str, n: int, start: int, num_pages: int) -> 
         "positions")
 
 
+def op_slots(page_ids: list[int], num_tokens: int, page_size: int) -> torch.Tensor:
+    """Slots of positions `0 .. num_tokens - 1` in pages `page_ids`."""
+    pages = torch.tensor(page_ids, dtype=torch.long)
+    slots = (pages[:, None] * page_size + torch.arange(page_size)).flatten()
+    return slots[:num_tokens]
+
+
+class HostKVStore:
+    """The host copy of swapped KV: per layer `[2, num_slots, num_kv_heads, head_dim]` on the
+    CPU, slot = host_page_id * page_size + offset; grows (doubling) on demand."""
+
+    def __init__(self, cache: PagedKVCache) -> None:
+        self.cache = cache
+        self.pin = cache.device.type == "cuda"
+        self.kv: list[torch.Tensor] = [self._new(0) for _ in range(cache.num_layers)]
+
+    def _new(self, num_slots: int) -> torch.Tensor:
+        c = self.cache
+        return torch.zeros((2, num_slots, c.num_kv_heads, c.head_dim), dtype=c.dtype,
+                           device="cpu", pin_memory=self.pin and num_slots > 0)
+
+    def ensure_slots(self, needed: int) -> None:
+        have = self.kv[0].shape[1]
+        if needed <= have:
+            return
+        size = max(needed, 2 * have)
+        for i, old in enumerate(self.kv):
+            new = self._new(size)
+            new[:, :have] = old
+            self.kv[i] = new
+
+    def swap_out(self, op: SwapOp, page_size: int) -> None:
+        """Copy the op's tokens from the device cache to the host."""
+        dev = op_slots(op.device_page_ids, op.num_tokens, page_size)
+        host = op_slots(op.host_page_ids, op.num_tokens, page_size)
+        self.ensure_slots(int(host.max()) + 1)
+        dev = dev.to(self.cache.device)
+        for layer, kv in enumerate(self.cache.kv):
+            self.kv[layer][:, host] = kv[:, dev].to("cpu")
+
+    def swap_in(self, op: SwapOp, page_size: int) -> None:
+        """Copy the op's tokens from the host back into the device cache."""
+        dev = op_slots(op.device_page_ids, op.num_tokens, page_size)
+        host = op_slots(op.host_page_ids, op.num_tokens, page_size)
+        self.cache.ensure_slots(int(dev.max()) + 1)
+        dev = dev.to(self.cache.device)
+        for layer, kv in enumerate(self.cache.kv):
+            kv[:, dev] = self.kv[layer][:, host].to(self.cache.device, non_blocking=True)
+
+
 class RealExecutor:
     """Implements `engines.executors.base.Executor` with the paged decoder."""
 
@@ -119,6 +173,7 @@ class RealExecutor:
         growable = num_slots is None
         self.kv_cache: PagedKVCache = model.new_kv_cache(
             num_slots if num_slots is not None else _GROWABLE_START_SLOTS, growable=growable)
+        self.host_kv = HostKVStore(self.kv_cache)
         self._backends: dict[int, AttentionBackend] = {}
         self._vocab = model.config.vocab_size
         self._cuda = model.device.type == "cuda"
@@ -146,9 +201,32 @@ class RealExecutor:
                              f"{bad[0]} is outside the vocabulary (vocab_size={self._vocab})")
 
     def execute(self, plan: StepPlan) -> StepResult:
-        """Compute the plan's chunks; sample greedily where `sample` is set; time the step."""
+        """Apply the plan's swaps; compute its chunks; sample greedily where `sample` is set;
+        time the step."""
+        swap = self._apply_swaps(plan) if plan.has_swaps else (0.0, 0, 0)
         if not plan.chunks:
-            return StepResult({}, 0.0)
+            return StepResult({}, swap[0], *swap)
+        result = self._forward(plan)
+        if not plan.has_swaps:
+            return result
+        return StepResult(result.sampled_token_ids, result.duration_s + swap[0], *swap)
+
+    def _apply_swaps(self, plan: StepPlan) -> tuple[float, int, int]:
+        """Every swap-out, then every swap-in; returns (seconds, bytes out, bytes in)."""
+        t0 = time.perf_counter()
+        ps = plan.page_size
+        for op in plan.swap_out:
+            self.host_kv.swap_out(op, ps)
+        for op in plan.swap_in:
+            self.host_kv.swap_in(op, ps)
+        if self._cuda:
+            torch.cuda.synchronize(self.model.device)
+        seconds = time.perf_counter() - t0
+        per_token = self.kv_cache.num_bytes() // self.kv_cache.num_slots
+        return (seconds, sum(op.num_tokens for op in plan.swap_out) * per_token,
+                sum(op.num_tokens for op in plan.swap_in) * per_token)
+
+    def _forward(self, plan: StepPlan) -> StepResult:
         start_event = end_event = None
         if self._cuda:
             start_event = torch.cuda.Event(enable_timing=True)

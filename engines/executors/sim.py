@@ -6,6 +6,10 @@ chunk with `sample` set) is `3 + (i * 7919 + p * 104729) % 31000`, except that t
 brings the request's output to `eos_output_len` is the request's `eos_token_id` ("EOS at the
 request's output length"; never when `eos_token_id` is None). The rule depends only on request
 and position, so a recomputation after preemption samples the same tokens.
+
+KV swapped between device and host (`plan.swap_out` / `plan.swap_in`) costs its bytes (tokens
+x the model's KV bytes per token) over the hardware's `host_link_bandwidth`, both directions
+summed (copies are serialized with the forward pass), added to the step's duration.
 """
 
 from __future__ import annotations
@@ -101,7 +105,14 @@ class SimExecutor:
                     sampled[c.request_id] = reg.eos_token_id
                 else:
                     sampled[c.request_id] = 3 + (reg.index * 7919 + e * 104729) % 31000
-        return StepResult(sampled, self.cost_model.seconds(t, a, r, len(plan.chunks)))
+        seconds = self.cost_model.seconds(t, a, r, len(plan.chunks)) if plan.chunks else 0.0
+        if not (plan.swap_out or plan.swap_in):
+            return StepResult(sampled, seconds)
+        per_token = self.model.kv_bytes_per_token
+        out_bytes = sum(op.num_tokens for op in plan.swap_out) * per_token
+        in_bytes = sum(op.num_tokens for op in plan.swap_in) * per_token
+        swap_s = (out_bytes + in_bytes) / self.hardware.host_link_bandwidth
+        return StepResult(sampled, seconds + swap_s, swap_s, out_bytes, in_bytes)
 
     # --- decode runs (DESIGN.md, "Decode runs") -------------------------------------------
     def decode_run_limit(self, run: DecodeRun) -> int:

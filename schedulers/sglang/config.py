@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.host_pool import check_preemption_config
+
 # mirrors python/sglang/srt/managers/schedule_policy.py: CacheAwarePolicy / CacheAgnosticPolicy
 # (the five policies the oracle covers; hrrn, routing-key and shortest-prefill-first are not here)
 POLICIES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
@@ -25,6 +27,10 @@ class SglangSchedulerConfig:
     (mirrors mem_cache/kv_cache_configurator.py: resolve_max_num_reqs). `chunked_prefill_size`
     None (or <= 0, as upstream's -1) disables chunked prefill. `context_length` is the model's
     (None: unbounded, only the pool limits a prompt).
+
+    `preemption_mode`: recompute (upstream) or swap (a retracted request's KV goes to a host
+    pool of `host_kv_capacity_tokens` slots, a multiple of `page_size`, and comes back when it
+    is admitted again; with the pool full it is recomputed). Not upstream fields.
     """
 
     max_total_tokens: int
@@ -52,6 +58,8 @@ class SglangSchedulerConfig:
     # schedule_policy.py module constants (IN_BATCH_PREFIX_CACHING_*_THRESHOLD)
     in_batch_prefix_caching_check_threshold: int = 32
     in_batch_prefix_caching_deprioritize_threshold: int = 32
+    preemption_mode: str = "recompute"
+    host_kv_capacity_tokens: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, why: str) -> ValueError:
@@ -107,6 +115,8 @@ class SglangSchedulerConfig:
                  self.in_batch_prefix_caching_check_threshold, -1)
         need_int("in_batch_prefix_caching_deprioritize_threshold",
                  self.in_batch_prefix_caching_deprioritize_threshold, 0)
+        check_preemption_config("sglang scheduler", self.preemption_mode,
+                                self.host_kv_capacity_tokens, self.page_size)
 
     # ------------------------------------------------------------------ derived values
     @property

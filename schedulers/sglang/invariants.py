@@ -18,7 +18,9 @@ def check_sglang_invariants(sched: SglangScheduler) -> None:
       partition the pool: every page is held exactly once;
     - every tree node holds one page per `page_size` tokens of its key;
     - no node has a negative lock count, and the tree's evictable + protected sizes equal the
-      tokens it holds.
+      tokens it holds;
+    - in swap mode, host pages are free, held by exactly one swapped-out waiting request
+      (which holds no row), or waiting for the step that read them to be committed.
     """
     ps = sched.page_size
     held: list[int] = list(sched.allocator.free_pages)
@@ -49,3 +51,15 @@ def check_sglang_invariants(sched: SglangScheduler) -> None:
     if tree.evictable_size() + tree.protected_size() != tree_tokens:
         raise InvariantError(f"tree holds {tree_tokens} tokens, evictable "
                              f"{tree.evictable_size()} + protected {tree.protected_size()}")
+    host = sched.host_pool
+    if host is not None:
+        try:
+            host.check()
+        except AssertionError as e:
+            raise InvariantError(str(e)) from None
+        waiting = {r.rid: r for r in sched.waiting_queue}
+        for rid in host.swapped:
+            w = waiting.get(rid)
+            if w is None or w.req_pool_idx is not None:
+                raise InvariantError(f"host pages held by {rid}, which is not a waiting "
+                                     "request without a row")

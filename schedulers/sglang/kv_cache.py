@@ -4,12 +4,19 @@ Mirrors python/sglang/srt/mem_cache/common.py (checkpoint_kv_cache, release_kv_c
 evict_from_tree_cache), python/sglang/srt/mem_cache/allocation.py (alloc_for_extend,
 alloc_for_decode), RadixCache.checkpoint / _insert_cache and release_req of
 python/sglang/srt/managers/schedule_batch.py. Rows hold pages (see memory_pool.py).
+
+With a host pool (`preemption_mode=swap`, not upstream), a retracted request's computed KV is
+swapped out before its row is released, and swapped back in by the extend that readmits it:
+it skips the prefix match, gets its own pages for every position and computes only what it
+had not computed. The swap ops of a step wait in `swap_out_ops` / `swap_in_ops`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from schedulers.contract import SwapOp
+from schedulers.host_pool import HostKVPool
 from schedulers.sglang.memory_pool import ReqToTokenPool, TokenToKVPoolAllocator
 from schedulers.sglang.radix_cache import RadixCache
 from schedulers.sglang.req import Req
@@ -18,16 +25,22 @@ from schedulers.sglang.req import Req
 class KVCache:
     """One job: move KV between a request's row, the free list and the prefix tree."""
 
-    __slots__ = ("allocator", "page_size", "req_to_token_pool", "retract_decode_steps",
+    __slots__ = ("allocator", "host_pool", "page_size", "req_to_token_pool",
+                 "retract_decode_steps", "swap_fallbacks", "swap_in_ops", "swap_out_ops",
                  "tree_cache")
 
     def __init__(self, tree_cache: RadixCache, allocator: TokenToKVPoolAllocator,
-                 req_to_token_pool: ReqToTokenPool, retract_decode_steps: int = 20) -> None:
+                 req_to_token_pool: ReqToTokenPool, retract_decode_steps: int = 20,
+                 host_pool: HostKVPool | None = None) -> None:
         self.tree_cache = tree_cache
         self.allocator = allocator
         self.req_to_token_pool = req_to_token_pool
         self.page_size = allocator.page_size
         self.retract_decode_steps = retract_decode_steps
+        self.host_pool = host_pool
+        self.swap_out_ops: list[SwapOp] = []
+        self.swap_in_ops: list[SwapOp] = []
+        self.swap_fallbacks: list[str] = []
 
     def available_size(self) -> int:
         return self.allocator.available_size()
@@ -110,15 +123,55 @@ class KVCache:
         req.req_pool_idx = None
         req.kv_allocated_len = 0
 
-    def release_req(self, req: Req, remaining_req_count: int) -> None:
+    def release_req(self, req: Req, remaining_req_count: int, swap: bool = True) -> None:
         """Retract: free the KV without inserting it into the tree, then evict room for the
-        remaining requests' next decode steps.
+        remaining requests' next decode steps. With a host pool and `swap`, the computed KV
+        is first swapped out (or, the pool full, the fallback to recompute is recorded).
 
         mirrors managers/schedule_batch.py: release_req
         """
+        host = self.host_pool
+        if host is not None and swap and req.req_pool_idx is not None and req.kv_committed_len:
+            row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+            op = host.swap_out(req.rid, row, req.kv_committed_len)
+            if op is None:
+                self.swap_fallbacks.append(req.rid)
+            else:
+                self.swap_out_ops.append(op)
         self.release_kv_cache(req, checkpoint=False)
         self.evict_to_free_tokens(remaining_req_count * self.retract_decode_steps)
         req.reset_for_retract()
+
+    # ------------------------------------------------------------------ swap
+    def swapped_tokens(self, req: Req) -> int:
+        """Tokens of `req` waiting on the host (0 without a host pool or a copy there)."""
+        host = self.host_pool
+        return host.swapped_tokens(req.rid) if host is not None else 0
+
+    def resume_from_host(self, req: Req) -> bool:
+        """If `req` is swapped out, set it up to resume from its host copy (instead of
+        `init_next_round_input`'s prefix match) and return True: its `prefix_len` is the
+        swapped tokens, it locks no tree node and owns every page it will get."""
+        swapped = self.swapped_tokens(req)
+        if not swapped:
+            return False
+        req.init_next_round_input(None)
+        req.prefix_len = swapped
+        req.last_node = self.tree_cache.root_node
+        req.num_matched_prefix_tokens = 0
+        req.cache_protected_len = 0
+        return True
+
+    def take_swap_ops(self) -> tuple[list[SwapOp], list[SwapOp], list[str]]:
+        """This step's swap-outs, swap-ins and fallbacks, handed over once."""
+        ops = (self.swap_out_ops, self.swap_in_ops, self.swap_fallbacks)
+        self.swap_out_ops, self.swap_in_ops, self.swap_fallbacks = [], [], []
+        return ops
+
+    def drop_swapped(self, req: Req) -> None:
+        """Forget the host copy of a request that ends while swapped out."""
+        if self.host_pool is not None:
+            self.host_pool.drop(req.rid)
 
     # ------------------------------------------------------------------ allocation
     def alloc_for_extend(self, reqs: Sequence[Req]) -> None:
@@ -130,12 +183,15 @@ class KVCache:
         ps = self.page_size
         tree = self.tree_cache
         pool = self.req_to_token_pool
-        # prefix pages: a request holding its row reads them there, a new one off the tree
+        # prefix pages: a request holding its row reads them there, a new one off the tree;
+        # a swapped-out one gets pages for its swapped tokens too (allocated from 0)
+        swapped = [self.swapped_tokens(r) if r.req_pool_idx is None else 0 for r in reqs] \
+            if self.host_pool is not None else [0] * len(reqs)
         prefix_pages: list[list[int] | None] = []
-        for r in reqs:
+        for r, sw in zip(reqs, swapped, strict=True):
             if r.req_pool_idx is not None:
                 prefix_pages.append(None)
-            elif r.prefix_len == 0:
+            elif r.prefix_len == 0 or sw:
                 prefix_pages.append([])
             else:
                 assert r.last_node is not None
@@ -154,13 +210,14 @@ class KVCache:
                 r.req_pool_idx = next(it)
         extend_num_tokens = 0
         new_pages_per_req: list[int] = []
-        for r in reqs:
+        for r, sw in zip(reqs, swapped, strict=True):
             assert r.extend_end is not None
-            extend_num_tokens += r.extend_end - r.prefix_len
+            base = 0 if sw else r.prefix_len
+            extend_num_tokens += r.extend_end - base
             if ps == 1:
-                new_pages_per_req.append(r.extend_end - r.prefix_len)
+                new_pages_per_req.append(r.extend_end - base)
             else:
-                new_pages_per_req.append(-(-r.extend_end // ps) - (-(-r.prefix_len // ps)))
+                new_pages_per_req.append(-(-r.extend_end // ps) - (-(-base // ps)))
         if ps == 1:
             self.evict_to_free_tokens(extend_num_tokens)
         else:
@@ -173,7 +230,8 @@ class KVCache:
                 f"{self.allocator.available_size()} tokens free, "
                 f"{tree.evictable_size()} evictable")
         pos = 0
-        for r, pre, n_new in zip(reqs, prefix_pages, new_pages_per_req, strict=True):
+        for r, pre, n_new, sw in zip(reqs, prefix_pages, new_pages_per_req, swapped,
+                                     strict=True):
             assert r.req_pool_idx is not None and r.extend_end is not None
             if pre is None:
                 row = pool.req_to_token[r.req_pool_idx]
@@ -183,6 +241,9 @@ class KVCache:
                 pool.req_to_token[r.req_pool_idx] = row
             row.extend(pages[pos:pos + n_new])
             pos += n_new
+            if sw:
+                assert self.host_pool is not None
+                self.swap_in_ops.append(self.host_pool.swap_in(r.rid, row))
             r.kv_allocated_len = r.extend_end
             r.kv_committed_len = r.extend_end
 

@@ -140,6 +140,6 @@ class ScheduleBatch:
             last = self.reqs[last_idx]
             last.to_finish = ABORT_OOM_LAST_REQUEST
             aborted.append(last)
-            self.kv.release_req(last, 0)
+            self.kv.release_req(last, 0, swap=False)
         self.filter_batch(keep_indices=sorted_indices)
         return retracted, tracker.estimate_after_retract(self.reqs), aborted

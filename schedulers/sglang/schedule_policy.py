@@ -236,6 +236,10 @@ class PrefillAdder:
         max_new = min(max(req.max_new_tokens - len(req.output_ids), 0), self.clip_max_new_tokens)
         cand_extend_input_len = len(req.fill_ids) - req.prefix_len
         total_tokens = cand_extend_input_len + max_new + self.per_req_token_overhead
+        # a request resuming from the host needs device pages for its swapped tokens too
+        swapped = self.kv.swapped_tokens(req)
+        if swapped:
+            total_tokens += self.ceil_paged_tokens(swapped)
         last_node = req.last_node
         assert last_node is not None
         tree = self.tree_cache
@@ -272,6 +276,10 @@ class PrefillAdder:
             if is_chunked:
                 self.new_chunked_req = req
             self._update_prefill_budget(extend_len, max_new_tokens)
+            if swapped:
+                # memory only: swapped tokens are copied, not computed (no input/chunk budget)
+                self.total_offset += self.ceil_paged_tokens(swapped)
+                self.current_offset += self.ceil_paged_tokens(swapped)
         finally:
             tree.dec_lock_ref(last_node)
         return self.budget_state()

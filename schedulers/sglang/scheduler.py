@@ -7,6 +7,9 @@ handling of managers/scheduler_components/batch_result_processor.py
 (`process_batch_result_prefill` / `_decode`). `schedule()` is one iteration up to the forward
 pass; `update_from_output()` is its result processing.
 
+`preemption_mode=swap` (not upstream) keeps upstream's queue placement (a retracted request
+goes to the tail of the waiting queue) and only changes the KV: see kv_cache.py.
+
 One addition: where upstream would spin forever (nothing runs and the head of the queue can
 never fit, even in an empty pool), the head is aborted with a reason and counted
 (`num_stall_aborts`), and admission is retried in the same step.
@@ -24,6 +27,7 @@ from schedulers.contract import (
     StepPlan,
     StepResult,
 )
+from schedulers.host_pool import HostKVPool
 from schedulers.sglang.config import SglangSchedulerConfig
 from schedulers.sglang.kv_cache import KVCache
 from schedulers.sglang.memory_pool import ReqToTokenPool, make_allocator
@@ -49,8 +53,11 @@ class SglangScheduler:
         self.allocator = make_allocator(config.max_total_tokens, config.page_size)
         self.req_to_token_pool = ReqToTokenPool(self.max_running_requests)
         self.tree_cache = RadixCache(config.page_size, self.allocator)
+        self.host_pool: HostKVPool | None = None
+        if config.preemption_mode == "swap":
+            self.host_pool = HostKVPool(config.host_kv_capacity_tokens, config.page_size)
         self.kv = KVCache(self.tree_cache, self.allocator, self.req_to_token_pool,
-                          config.retract_decode_steps)
+                          config.retract_decode_steps, self.host_pool)
         self.policy = SchedulePolicy(
             config.schedule_policy, self.tree_cache, config.enable_priority_scheduling,
             config.schedule_low_priority_values_first, config.random_seed,
@@ -129,6 +136,8 @@ class SglangScheduler:
         plan = StepPlan(step=self._step, page_size=self.page_size,
                         preempted=self._plan_preempted, aborted=self._plan_aborted)
         self._step += 1
+        if self.host_pool is not None:
+            plan.swap_out, plan.swap_in, plan.swap_fallbacks = self.kv.take_swap_ops()
         if batch is None:
             plan.forward_mode = "idle"
             return plan
@@ -220,7 +229,8 @@ class SglangScheduler:
                 not self.enable_priority_preemption or not adder.preempt_to_schedule(req)
             ):
                 break
-            req.init_next_round_input(self.tree_cache)
+            if self.host_pool is None or not self.kv.resume_from_host(req):
+                req.init_next_round_input(self.tree_cache)
             res = adder.add_one_req(req)
             if res != AddReqResult.CONTINUE:
                 if res == AddReqResult.NO_TOKEN:
@@ -304,6 +314,7 @@ class SglangScheduler:
     def _finish_aborted(self, req: Req, reason: str) -> None:
         req.finished_reason = "abort"
         req.to_finish = reason
+        self.kv.drop_swapped(req)
         self._plan_aborted.append((req.rid, reason))
         self._live.pop(req.rid, None)
 
@@ -311,6 +322,8 @@ class SglangScheduler:
     def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
         # mirrors batch_result_processor.py: process_batch_result_prefill / _decode
         events = StepEvents()
+        if self.host_pool is not None:
+            self.host_pool.commit()
         batch = self._cur_batch
         self._cur_batch = None
         if batch is None:
@@ -464,6 +477,7 @@ class SglangScheduler:
         self._steady = False
         if req in self.waiting_queue:
             self.waiting_queue.remove(req)
+            self.kv.drop_swapped(req)
         else:
             if req is self.chunked_req:
                 self.chunked_req = None

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.host_pool import check_preemption_config
+
 POLICIES = ("fcfs", "priority")
 
 
 @dataclass(frozen=True, slots=True)
 class VllmSchedulerConfig:
-    """`num_blocks` counts the reserved null block, as upstream does (64 leave 63 usable)."""
+    """`num_blocks` counts the reserved null block, as upstream does (64 leave 63 usable).
+
+    `preemption_mode`: recompute (upstream v1) or swap (a victim's KV goes to a host pool of
+    `host_kv_capacity_tokens` slots, a multiple of `block_size`; when it is full the victim
+    is recomputed). Not upstream v1 fields; vLLM v0 had `preemption_mode` and `swap_space`.
+    """
 
     num_blocks: int
     block_size: int = 16
@@ -25,6 +32,8 @@ class VllmSchedulerConfig:
     watermark: float = 0.0
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
+    preemption_mode: str = "recompute"
+    host_kv_capacity_tokens: int = 0
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, why: str) -> ValueError:
@@ -54,6 +63,8 @@ class VllmSchedulerConfig:
             raise bad("watermark", self.watermark, "must be in [0, 1)")
         if self.policy not in POLICIES:
             raise bad("policy", self.policy, f"valid: {', '.join(POLICIES)}")
+        check_preemption_config("vllm scheduler", self.preemption_mode,
+                                self.host_kv_capacity_tokens, self.block_size)
 
     @classmethod
     def from_capacity(cls, kv_capacity_tokens: int, block_size: int = 16, **kwargs: object

@@ -19,7 +19,9 @@ def check_vllm_invariants(sched: VllmScheduler) -> None:
     - a block's ref count equals the number of live block tables holding it (a block is
       shared only as a cached prefix, so a shared block must carry a hash);
     - only running requests hold blocks, and a running request's table covers its computed
-      tokens.
+      tokens;
+    - in swap mode, host pages are free, held by exactly one swapped waiting request (whose
+      computed tokens they hold), or waiting for the step that read them to be committed.
     """
     kv = sched.kv_cache_manager
     pool = kv.block_pool
@@ -55,6 +57,18 @@ def check_vllm_invariants(sched: VllmScheduler) -> None:
     for req in sched.running:
         if req.status != RequestStatus.RUNNING:
             raise InvariantError(f"{req.request_id} in running with status {req.status.name}")
+    host = sched.host_pool
     for req in sched.waiting:
-        if req.num_computed_tokens or req.request_id in kv.req_to_blocks:
-            raise InvariantError(f"waiting request {req.request_id} holds KV")
+        swapped = host.swapped_tokens(req.request_id) if host is not None else 0
+        if req.num_computed_tokens != swapped or req.request_id in kv.req_to_blocks:
+            raise InvariantError(f"waiting request {req.request_id} holds device KV "
+                                 f"(computed {req.num_computed_tokens}, on host {swapped})")
+    if host is not None:
+        try:
+            host.check()
+        except AssertionError as e:
+            raise InvariantError(str(e)) from None
+        waiting_ids = {r.request_id for r in sched.waiting}
+        stray = sorted(set(host.swapped) - waiting_ids)
+        if stray:
+            raise InvariantError(f"host pages held by requests not waiting: {stray[:10]}")

@@ -1,8 +1,12 @@
-"""The vLLM v1 scheduler: token debt, running first, preemption by recompute.
+"""The vLLM v1 scheduler: token debt, running first, preemption by recompute (or by swap).
 
 Mirrors vllm/v1/core/sched/scheduler.py (Scheduler) at vLLM v0.32.0, for a decoder-only text
 model with one full-attention KV cache group, synchronous scheduling and no KV connector,
 speculative decoding, LoRA or encoder inputs.
+
+`preemption_mode=swap` (not in v1; vLLM v0 had it) keeps upstream's queue placement (a victim
+goes to the head of `waiting`) and only changes the KV: a victim's computed KV is copied to a
+host pool and its progress kept; at readmission it is copied back instead of recomputed.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from schedulers.contract import (
     StepEvents,
     StepPlan,
     StepResult,
+    SwapOp,
 )
+from schedulers.host_pool import HostKVPool
 from schedulers.vllm.config import VllmSchedulerConfig
 from schedulers.vllm.kv_cache_manager import KVCacheManager, cdiv
+from schedulers.vllm.kv_cache_utils import KVCacheBlock
 from schedulers.vllm.request import RequestStatus, VllmRequest
 from schedulers.vllm.request_queue import create_request_queue
 
@@ -64,6 +71,13 @@ class VllmScheduler:
         # Whether the last step left admission blocked and preempted, aborted and finished
         # nothing (see `decode_run`).
         self._steady = False
+        # preemption_mode=swap: the host pool and this step's swap ops
+        self.host_pool: HostKVPool | None = None
+        if config.preemption_mode == "swap":
+            self.host_pool = HostKVPool(config.host_kv_capacity_tokens, config.block_size)
+        self._swap_out: list[SwapOp] = []
+        self._swap_in: list[SwapOp] = []
+        self._swap_fallbacks: list[str] = []
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request: Request) -> str | None:
@@ -121,6 +135,9 @@ class VllmScheduler:
         """mirrors scheduler.py: Scheduler.schedule."""
         self.step_count += 1
         kv = self.kv_cache_manager
+        host = self.host_pool
+        if host is not None:
+            self._swap_out, self._swap_in, self._swap_fallbacks = [], [], []
         running = self.running
         preempted_reqs: list[VllmRequest] = []
         aborted: list[tuple[str, str]] = []
@@ -193,9 +210,16 @@ class VllmScheduler:
                 if len(running) >= self.max_num_running_reqs:
                     break
                 request = waiting.peek_request()
-                new_computed_blocks, num_computed_tokens = kv.get_computed_blocks(request)
+                swapped = host.swapped_tokens(request.request_id) if host is not None else 0
+                if swapped:
+                    # Resumes from its host copy (num_computed_tokens == swapped): no prefix
+                    # lookup; allocate_slots counts blocks for the swapped and the new tokens.
+                    new_computed_blocks: list[KVCacheBlock] = []
+                    num_computed_tokens = 0
+                else:
+                    new_computed_blocks, num_computed_tokens = kv.get_computed_blocks(request)
                 # num_tokens, not num_prompt_tokens: a resumed request recomputes its outputs
-                num_new_tokens = request.num_tokens - num_computed_tokens
+                num_new_tokens = request.num_tokens - num_computed_tokens - swapped
                 if 0 < lptt < num_new_tokens:
                     num_new_tokens = lptt
                 num_new_tokens = min(num_new_tokens, token_budget)
@@ -215,7 +239,11 @@ class VllmScheduler:
                 num_scheduled_tokens[request.request_id] = num_new_tokens
                 token_budget -= num_new_tokens
                 request.status = RequestStatus.RUNNING
-                request.num_computed_tokens = num_computed_tokens
+                request.num_computed_tokens = num_computed_tokens + swapped
+                if swapped:
+                    assert host is not None
+                    self._swap_in.append(
+                        host.swap_in(request.request_id, kv.get_block_ids(request.request_id)))
             else:
                 admission_blocked = not waiting
 
@@ -260,18 +288,38 @@ class VllmScheduler:
             preempted=[r.request_id for r in preempted_reqs],
             aborted=aborted,
             forward_mode="mixed" if chunks else "idle",
+            swap_out=self._swap_out,
+            swap_in=self._swap_in,
+            swap_fallbacks=self._swap_fallbacks,
         )
 
     def _preempt_request(self, request: VllmRequest) -> None:
-        """mirrors scheduler.py: Scheduler._preempt_request (free KV, back to the queue head)."""
+        """mirrors scheduler.py: Scheduler._preempt_request (free KV, back to the queue head).
+
+        In swap mode the computed KV is first copied to the host pool (mirrors vLLM v0's
+        vllm/core/scheduler.py: Scheduler._preempt_by_swap / _swap_out) and the progress
+        kept; with the pool full the victim is recomputed, as in v1, and counted.
+        """
+        kept = 0
+        if self.host_pool is not None and request.num_computed_tokens > 0:
+            rid = request.request_id
+            op = self.host_pool.swap_out(rid, self.kv_cache_manager.get_block_ids(rid),
+                                         request.num_computed_tokens)
+            if op is None:
+                self._swap_fallbacks.append(rid)
+            else:
+                self._swap_out.append(op)
+                kept = op.num_tokens
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
-        request.num_computed_tokens = 0
+        request.num_computed_tokens = kept
         request.num_preemptions += 1
         self.waiting.prepend_request(request)
 
     def _abort_never_fits(self, request: VllmRequest) -> str:
         self.waiting.remove_requests((request,))
+        # it was swapped out just now: nothing will read that copy
+        self._swap_out = [op for op in self._swap_out if op.request_id != request.request_id]
         request.status = RequestStatus.FINISHED_ABORTED
         self._free_request(request)
         return (
@@ -283,6 +331,8 @@ class VllmScheduler:
     def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
         """mirrors scheduler.py: Scheduler.update_from_output (append tokens, check stop, free)."""
         events = StepEvents()
+        if self.host_pool is not None:
+            self.host_pool.commit()
         sampled = result.sampled_token_ids
         requests = self.requests
         stopped: set[VllmRequest] = set()
@@ -442,6 +492,8 @@ class VllmScheduler:
     def _free_request(self, request: VllmRequest) -> None:
         # mirrors scheduler.py: Scheduler._free_request / _free_blocks
         self.kv_cache_manager.free(request)
+        if self.host_pool is not None:
+            self.host_pool.drop(request.request_id)
         del self.requests[request.request_id]
 
     # ------------------------------------------------------------------ stats

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.victim_policy import check_victim_policy
+
 POLICIES = ("fcfs", "priority")
 
 
 @dataclass(frozen=True, slots=True)
 class VllmSchedulerConfig:
-    """`num_blocks` counts the reserved null block, as upstream does (64 leave 63 usable)."""
+    """`num_blocks` counts the reserved null block, as upstream does (64 leave 63 usable).
+
+    `victim_policy` and `victim_seed` are ours (schedulers/victim_policy.py): `default` keeps
+    upstream's choice of whom to preempt; `victim_seed` seeds the `random` policy.
+    """
 
     num_blocks: int
     block_size: int = 16
@@ -25,6 +31,8 @@ class VllmSchedulerConfig:
     watermark: float = 0.0
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
+    victim_policy: str = "default"
+    victim_seed: int = 0
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, why: str) -> ValueError:
@@ -54,6 +62,7 @@ class VllmSchedulerConfig:
             raise bad("watermark", self.watermark, "must be in [0, 1)")
         if self.policy not in POLICIES:
             raise bad("policy", self.policy, f"valid: {', '.join(POLICIES)}")
+        check_victim_policy("vllm scheduler", self.victim_policy)
 
     @classmethod
     def from_capacity(cls, kv_capacity_tokens: int, block_size: int = 16, **kwargs: object

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.victim_policy import check_victim_policy
+
 # mirrors python/sglang/srt/managers/schedule_policy.py: CacheAwarePolicy / CacheAgnosticPolicy
 # (the five policies the oracle covers; hrrn, routing-key and shortest-prefill-first are not here)
 POLICIES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
@@ -24,7 +26,9 @@ class SglangSchedulerConfig:
     pool and the running-batch cap; None resolves it as upstream does when the flag is unset
     (mirrors mem_cache/kv_cache_configurator.py: resolve_max_num_reqs). `chunked_prefill_size`
     None (or <= 0, as upstream's -1) disables chunked prefill. `context_length` is the model's
-    (None: unbounded, only the pool limits a prompt).
+    (None: unbounded, only the pool limits a prompt). `victim_policy` is ours
+    (schedulers/victim_policy.py): `default` keeps upstream's retraction order
+    (`retraction_policy`); any other name replaces it, its `random` seeded by `random_seed`.
     """
 
     max_total_tokens: int
@@ -41,6 +45,7 @@ class SglangSchedulerConfig:
     schedule_low_priority_values_first: bool = False
     priority_scheduling_preemption_threshold: int = 10
     retraction_policy: str = "length"
+    victim_policy: str = "default"
     context_length: int | None = None
     # environ.py constants (SGLANG_*), kept overridable for experiments
     init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -93,6 +98,11 @@ class SglangSchedulerConfig:
         if self.retraction_policy not in RETRACTION_POLICIES:
             raise bad("retraction_policy", self.retraction_policy,
                       f"valid: {', '.join(RETRACTION_POLICIES)}")
+        check_victim_policy("sglang scheduler", self.victim_policy)
+        if self.victim_policy != "default" and self.retraction_policy != "length":
+            raise bad("victim_policy", self.victim_policy,
+                      f"replaces retraction_policy={self.retraction_policy!r}; set one of "
+                      "them (victim_policy=default keeps retraction_policy)")
         if self.context_length is not None:
             need_int("context_length", self.context_length, 2)
         if not self.init_new_token_ratio > 0:

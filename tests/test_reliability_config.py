@@ -43,6 +43,14 @@ def job_config(*overrides: str) -> DictConfig:
      r"schedule_policy='sjf': valid: fcfs, lpm, dfs-weight, lof, random"),
     (["scheduler=sglang", "scheduler.retraction_policy=oldest"],
      r"retraction_policy='oldest': valid: length, priority"),
+    (["scheduler.victim_policy=oldest"],
+     r"vllm scheduler: victim_policy='oldest': valid: default, latest_arrival, fewest_outputs, "
+     r"least_progress, most_kv, shortest_remaining, random"),
+    (["scheduler=sglang", "scheduler.victim_policy=oldest"],
+     r"sglang scheduler: victim_policy='oldest': valid: default, latest_arrival, "),
+    (["scheduler=sglang", "scheduler.victim_policy=most_kv",
+      "scheduler.retraction_policy=priority"],
+     r"victim_policy='most_kv': replaces retraction_policy='priority'"),
 ])
 def test_bad_values_are_refused_before_the_run(tmp_path: Path, overrides: list[str],
                                                message: str) -> None:

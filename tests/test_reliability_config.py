@@ -43,6 +43,8 @@ def job_config(*overrides: str) -> DictConfig:
      r"schedule_policy='sjf': valid: fcfs, lpm, dfs-weight, lof, random"),
     (["scheduler=sglang", "scheduler.retraction_policy=oldest"],
      r"retraction_policy='oldest': valid: length, priority"),
+    (["admission.max_num_queued_tokens=0"],
+     r"admission: max_num_queued_tokens=0: must be a positive integer \(or null: unlimited\)"),
     (["scheduler.victim_policy=oldest"],
      r"vllm scheduler: victim_policy='oldest': valid: default, latest_arrival, fewest_outputs, "
      r"least_progress, most_kv, shortest_remaining, random"),

@@ -1,9 +1,10 @@
 """The step loop over a virtual clock (DESIGN.md, "Engine and clock").
 
 Each iteration:
-1. admit every request whose `arrival_time <= clock`: `executor.register(request)`, then
-   `scheduler.add_request(request)`; a non-None return is a rejection reason and the request
-   ends "rejected";
+1. admit every request whose `arrival_time <= clock`: `executor.register(request)`; with
+   `admission` limits, a request over them ends "rejected_503" at once (engines/admission.py);
+   then `scheduler.add_request(request)`: a non-None return is a rejection reason and the
+   request ends "rejected";
 2. if the scheduler has nothing unfinished, jump the clock to the next arrival (or stop);
 3. `plan = scheduler.schedule()`;
 4. `result = executor.execute(plan)` (a plan without chunks or swaps is not executed: it
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from engines.admission import AdmissionLimits, FrontDoor
 from engines.executors.base import Executor
 from engines.records import Recorder
 from schedulers.contract import Request, Scheduler, StepResult
@@ -100,8 +102,11 @@ class Engine:
 
     def __init__(self, scheduler: Scheduler, executor: Executor, requests: Iterable[Request],
                  recorder: Recorder | None = None, max_steps: int | None = None,
-                 check: SchedulerCheck | None = None, decode_runs: bool = True) -> None:
+                 check: SchedulerCheck | None = None,
+                 admission: AdmissionLimits | None = None, decode_runs: bool = True) -> None:
         self.scheduler = scheduler
+        self.door = FrontDoor(admission) if admission is not None and admission.active \
+            else None
         self.check = check
         self.executor = executor
         self.recorder = recorder if recorder is not None else Recorder()
@@ -171,7 +176,7 @@ class Engine:
         if self._ran:
             raise RuntimeError("engine: run() was already called; build a new Engine")
         self._ran = True
-        sched, executor, rec = self.scheduler, self.executor, self.recorder
+        sched, executor, rec, door = self.scheduler, self.executor, self.recorder, self.door
         reqs = self.requests
         n = len(reqs)
         nxt = 0
@@ -183,9 +188,16 @@ class Engine:
             while nxt < n and reqs[nxt].arrival_time <= clock:
                 req = reqs[nxt]
                 executor.register(req)
+                refusal = door.refusal(req) if door is not None else None
+                if refusal is not None:
+                    rec.on_overload(nxt, refusal, clock)
+                    nxt += 1
+                    continue
                 reason = sched.add_request(req)
                 if reason is None:
                     rec.on_admit(nxt)
+                    if door is not None:
+                        door.enqueue(req)
                 else:
                     rec.on_reject(nxt, reason, clock)
                 nxt += 1
@@ -213,6 +225,8 @@ class Engine:
             clock += result.duration_s
             events = sched.update_from_output(plan, result)
             rec.on_step(plan, result, events, start, clock, sched.stats())
+            if door is not None:
+                door.on_step(plan, events)
             if self.check is not None:
                 self._run_check(clock)
             if plan.chunks or plan.aborted or events.finished:

@@ -7,8 +7,10 @@ O(chunks in the step). Subclass it to observe steps (call `super()` first).
 Request columns:
     request_id, arrival_time, first_scheduled_time, first_token_time, finish_time (seconds on
     the virtual clock; NaN when it never happened), finish_reason ("stop", "length", "abort",
-    "rejected", or "" when unfinished), finish_detail (the reason text of an abort or a
-    rejection), prompt_len, max_tokens, eos_output_len, output_len (tokens committed),
+    "rejected" (the scheduler can never serve it), "rejected_503" (refused at the front door:
+    the queue was full, engines/admission.py), or "" when unfinished), finish_detail (the
+    reason text of an abort or a rejection), prompt_len, max_tokens, eos_output_len,
+    output_len (tokens committed),
     num_preemptions (plans whose `preempted` named it), victim (num_preemptions > 0),
     num_computed_tokens (all positions computed, recomputation included),
     num_recomputed_tokens (positions computed again that this request had computed before),
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from engines.admission import OVERLOADED
 from schedulers.contract import (
     DecodeRun,
     DecodeRunStats,
@@ -101,7 +104,7 @@ STEP_SCHEMA = pa.schema([
     ("swap_s", pa.float64()),
 ])
 
-FINISH_REASONS = ("stop", "length", "abort", "rejected")
+FINISH_REASONS = ("stop", "length", "abort", "rejected", OVERLOADED)
 
 
 def _list_column(values: Sequence[array], typ: pa.DataType, np_dtype: type) -> pa.Array:
@@ -168,6 +171,10 @@ class Recorder:
     def on_reject(self, i: int, reason: str, now: float) -> None:
         """Request `i` was refused by `add_request` with `reason`."""
         self._end(i, "rejected", reason, now)
+
+    def on_overload(self, i: int, detail: str, now: float) -> None:
+        """Request `i` was refused with 503 at the front door (admission limits)."""
+        self._end(i, OVERLOADED, detail, now)
 
     def _end(self, i: int, reason: str, detail: str, now: float) -> None:
         if self._reason[i]:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from engines.admission import AdmissionLimits
 from engines.cost_model import FittedCostModel
 from engines.executors.base import Executor
 from engines.executors.sim import SimExecutor
@@ -114,6 +115,11 @@ def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
                        f"scheduler ({name})", fields, valid)
     sched = sched_cls(config)
     return sched
+
+
+def build_admission(cfg_admission: Mapping[str, Any] | DictConfig | None) -> AdmissionLimits:
+    """The front-door limits from the `admission` block (absent or null fields: unlimited)."""
+    return construct(AdmissionLimits, "admission", as_dict(cfg_admission))
 
 
 def build_model(cfg_model: Mapping[str, Any] | DictConfig) -> ModelSpec:

@@ -22,6 +22,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from engines.admission import AdmissionLimits
 from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.workloads import PARAMS as WORKLOAD_PARAMS
 from experiments.workloads import LengthDist
@@ -150,6 +151,10 @@ class RealExecutorSchema:
     device: str | None = None
 
 
+AdmissionSchema = mirror(AdmissionLimits, "AdmissionSchema", optional=(
+    "max_num_queued_reqs", "max_num_queued_tokens"))
+
+
 @dataclass
 class RunConfig:
     """The top-level config: one job = one scheduler x one workload x one executor.
@@ -160,6 +165,8 @@ class RunConfig:
     `name` labels the experiment (sweep folder, W&B group, report titles).
     `check_invariants` checks the scheduler's KV bookkeeping after every step (slower);
     `resume` skips a job whose folder already holds a complete result for this config.
+    `admission` holds the front-door limits (engines/admission.py: queued requests and their
+    prompt tokens; null: unlimited), refusing an arrival over them with 503.
     """
 
     scheduler: Any = MISSING
@@ -177,6 +184,7 @@ class RunConfig:
     check_invariants: bool = False
     resume: bool = False
     name: str = "default"
+    admission: AdmissionSchema = field(default_factory=AdmissionSchema)  # type: ignore[valid-type]
 
 
 def _scheduler_schemas() -> dict[str, type]:

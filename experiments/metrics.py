@@ -11,6 +11,10 @@ readmission, capped at what the victim had computed when preempted, over all it 
 computed), victims' latency against the others', restarts per request, KV utilisation and
 batch size over the busy time, and KV swapping (`preemption_mode=swap`: swap-outs, swap-ins,
 fallbacks to recompute, tokens and bytes each way, copy time, swaps per request).
+Requests refused with 503 at the front door (finish reason "rejected_503", admission limits)
+are counted (`rejected_503`) and rated against all arrivals (`rejection_rate_503`); like every
+request that did not complete they are outside the latency statistics and never good, and
+`slo_attainment` (good requests / all arrivals) counts them in its denominator.
 `step_series` gives KV use and batch size over time for figures.
 """
 
@@ -23,6 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from engines.admission import OVERLOADED
 
 PERCENTILES = (90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -81,8 +87,9 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     `requests` and `steps` follow `engines.records.REQUEST_SCHEMA` / `STEP_SCHEMA` (as the
     engine returns them or as read back from parquet). `slo_ms` maps any of "ttft", "tpot",
     "e2el" to a target in ms; `request_goodput` counts completed requests meeting all of them
-    (per second), and is None without targets. With `kv_capacity_tokens`, KV use is also
-    reported as a fraction of it.
+    (per second), and `slo_attainment` the share of all arrivals (503s and other rejections
+    included) that are good; both are None without targets. With `kv_capacity_tokens`, KV
+    use is also reported as a fraction of it.
     """
     if slo_ms:
         unknown = sorted(set(slo_ms) - set(SLO_KEYS))
@@ -93,8 +100,9 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     reason = np.asarray(requests.column("finish_reason").to_pylist(), dtype=object)
     done = (reason == "stop") | (reason == "length")
     rejected = reason == "rejected"
+    overloaded = reason == OVERLOADED
     aborted = reason == "abort"
-    accepted = ~rejected
+    accepted = ~(rejected | overloaded)
 
     arrival = _f64(requests, "arrival_time")
     finish = _f64(requests, "finish_time")
@@ -128,7 +136,7 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
         "output_throughput": _ratio(total_output, duration),
         "total_token_throughput": _ratio(total_input + total_output, duration),
     }
-    good = None
+    good = attained = None
     if slo_ms:
         ok = np.ones(int(done.sum()), dtype=bool)
         if "ttft" in slo_ms:
@@ -140,7 +148,9 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
             tp[multi] = tpot
             ok &= tp * 1000.0 <= slo_ms["tpot"]
         good = _ratio(int(ok.sum()), duration)
+        attained = _ratio(int(ok.sum()), n_all)
     out["request_goodput"] = good
+    out["slo_attainment"] = attained
     out["max_output_tokens_per_s"] = _max_tokens_per_second(requests, start)
     for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
         out.update(_stats_ms(name, x))
@@ -148,6 +158,8 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     # --- ours: request outcomes ---
     out["num_requests"] = n_all
     out["rejected"] = int(rejected.sum())
+    out["rejected_503"] = int(overloaded.sum())
+    out["rejection_rate_503"] = _ratio(int(overloaded.sum()), n_all)
     out["aborted"] = int(aborted.sum())
     out["unfinished"] = int((reason == "").sum())
     # --- preemption / retraction ---

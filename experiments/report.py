@@ -37,8 +37,8 @@ import yaml
 from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_text
 
 COMPARISON_METRICS: tuple[str, ...] = (
-    "completed", "rejected", "aborted", "duration", "request_throughput",
-    "output_throughput", "request_goodput",
+    "completed", "rejected", "rejected_503", "rejection_rate_503", "aborted", "duration",
+    "request_throughput", "output_throughput", "request_goodput", "slo_attainment",
     "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
     "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
     "num_preemptions", "preemptions_per_1k_requests", "preempted_request_share",

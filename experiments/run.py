@@ -38,6 +38,7 @@ from engines.engine import Engine, SchedulerCheck
 from engines.records import Recorder
 from experiments.build import (
     as_dict,
+    build_admission,
     build_executor,
     build_hardware,
     build_model,
@@ -155,6 +156,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     seed = int(cfg.seed)
     kv_capacity = int(cfg.kv_capacity_tokens)
     requests = build_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    admission = build_admission(cfg.get("admission"))
     max_len = cfg.get("max_model_len")
     scheduler = build_scheduler(cfg.scheduler, kv_capacity,
                                 int(max_len) if max_len is not None else None)
@@ -168,7 +170,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     recorder = ProgressRecorder(desc=run_name or scheduler.name) if show else Recorder()
     t0 = time.perf_counter()
     try:
-        result = Engine(scheduler, executor, requests, recorder=recorder, check=check).run()
+        result = Engine(scheduler, executor, requests, recorder=recorder, check=check,
+                        admission=admission).run()
     finally:
         if isinstance(recorder, ProgressRecorder):
             recorder.close()
@@ -239,13 +242,15 @@ _TABLE: list[tuple[str, list[tuple[str, str]]]] = [
     ("Serving Benchmark Result", [
         ("Scheduler", "scheduler"), ("Model / hardware", "_model_hw"),
         ("Successful requests", "completed"), ("Rejected / aborted", "_rej_abort"),
+        ("Rejected with 503 (share)", "_rej_503"),
         ("Benchmark duration (s)", "duration"), ("Total input tokens", "total_input_tokens"),
         ("Total generated tokens", "total_output_tokens"),
         ("Request throughput (req/s)", "request_throughput"),
         ("Output token throughput (tok/s)", "output_throughput"),
         ("Total Token throughput (tok/s)", "total_token_throughput"),
     ]),
-    ("Goodput", [("Request goodput (req/s)", "request_goodput")]),
+    ("Goodput", [("Request goodput (req/s)", "request_goodput"),
+                 ("SLO attainment (of arrivals)", "slo_attainment")]),
     ("Time to First Token", [("Mean TTFT (ms)", "mean_ttft_ms"),
                              ("Median TTFT (ms)", "median_ttft_ms"),
                              ("P99 TTFT (ms)", "p99_ttft_ms")]),
@@ -278,6 +283,7 @@ def format_summary(s: Mapping[str, Any]) -> str:
     derived = {
         "_model_hw": f"{s.get('model')} / {s.get('hardware')} ({s.get('executor')})",
         "_rej_abort": f"{s.get('rejected')} / {s.get('aborted')}",
+        "_rej_503": f"{s.get('rejected_503')} ({_fmt(s.get('rejection_rate_503'))})",
         "_victim_e2el": f"{_fmt(s.get('median_e2el_victim_ms'))} / "
                         f"{_fmt(s.get('median_e2el_nonvictim_ms'))}",
         "_kv_peak": f"{s.get('max_kv_used_tokens')} / {s.get('kv_capacity_tokens')}",

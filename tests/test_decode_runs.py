@@ -42,6 +42,7 @@ def make_requests(spec: Spec) -> list[Request]:
 def build(kind: str, capacity: int, page: int, policy: str, knob: int) -> Any:
     swap: dict[str, Any] = ({"preemption_mode": "swap", "host_kv_capacity_tokens": capacity // 2}
                             if knob % 5 == 2 else {})
+    swap["victim_policy"] = ["default", "most_kv", "least_progress", "random"][knob % 4]
     if kind == "vllm":
         return VllmScheduler(VllmSchedulerConfig.from_capacity(
             capacity, block_size=page, max_num_seqs=2 + knob % 7,

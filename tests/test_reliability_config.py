@@ -51,6 +51,16 @@ def job_config(*overrides: str) -> DictConfig:
      r"host_kv_capacity_tokens=100 is not a multiple of the page size \(16\)"),
     (["scheduler=sglang", "scheduler.host_kv_capacity_tokens=-8"],
      r"sglang scheduler: host_kv_capacity_tokens=-8: must be an integer >= 0"),
+    (["admission.max_num_queued_tokens=0"],
+     r"admission: max_num_queued_tokens=0: must be a positive integer \(or null: unlimited\)"),
+    (["scheduler.victim_policy=oldest"],
+     r"vllm scheduler: victim_policy='oldest': valid: default, latest_arrival, fewest_outputs, "
+     r"least_progress, most_kv, shortest_remaining, random"),
+    (["scheduler=sglang", "scheduler.victim_policy=oldest"],
+     r"sglang scheduler: victim_policy='oldest': valid: default, latest_arrival, "),
+    (["scheduler=sglang", "scheduler.victim_policy=most_kv",
+      "scheduler.retraction_policy=priority"],
+     r"victim_policy='most_kv': replaces retraction_policy='priority'"),
 ])
 def test_bad_values_are_refused_before_the_run(tmp_path: Path, overrides: list[str],
                                                message: str) -> None:

@@ -18,6 +18,7 @@ from experiments.metrics import compute_metrics
 from schedulers.contract import Request, Scheduler
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
 from schedulers.sglang.invariants import check_sglang_invariants
+from schedulers.victim_policy import VICTIM_POLICIES
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 from schedulers.vllm.invariants import check_vllm_invariants
 
@@ -27,13 +28,15 @@ HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9, host_link_ba
 EXAMPLES = int(os.environ.get("SCHEDBENCH_HYPOTHESIS_EXAMPLES", "40"))
 
 
-def build(kind: str, capacity: int) -> tuple[Scheduler, object]:
+def build(kind: str, capacity: int, victim_policy: str = "default"
+          ) -> tuple[Scheduler, object]:
     if kind == "vllm":
         return (VllmScheduler(VllmSchedulerConfig.from_capacity(
-            capacity, block_size=16, max_num_seqs=8, max_num_batched_tokens=128)),
-            check_vllm_invariants)
+            capacity, block_size=16, max_num_seqs=8, max_num_batched_tokens=128,
+            victim_policy=victim_policy)), check_vllm_invariants)
     return (SglangScheduler(SglangSchedulerConfig.from_capacity(
-        capacity, chunked_prefill_size=128)), check_sglang_invariants)
+        capacity, chunked_prefill_size=128, victim_policy=victim_policy)),
+        check_sglang_invariants)
 
 
 def make_requests(spec: list[tuple[float, int, int, int, bool]]) -> list[Request]:
@@ -42,9 +45,9 @@ def make_requests(spec: list[tuple[float, int, int, int, bool]]) -> list[Request
             for i, (t, plen, cap, eos, ig) in enumerate(spec)]
 
 
-def run(kind: str, capacity: int, spec: list[tuple[float, int, int, int, bool]]
-        ) -> tuple[pa.Table, pa.Table]:
-    sched, check = build(kind, capacity)
+def run(kind: str, capacity: int, spec: list[tuple[float, int, int, int, bool]],
+        victim_policy: str = "default") -> tuple[pa.Table, pa.Table]:
+    sched, check = build(kind, capacity, victim_policy)
     result = Engine(sched, SimExecutor(TINY, HW, step_overhead_s=0.001), make_requests(spec),
                     check=check).run()  # type: ignore[arg-type]
     return result.requests, result.steps
@@ -59,11 +62,11 @@ workloads = st.lists(
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(["vllm", "sglang"]), capacity=st.sampled_from([256, 512, 2048]),
-       spec=workloads)
+       spec=workloads, victim_policy=st.sampled_from(VICTIM_POLICIES))
 def test_runs_end_and_metrics_agree_with_records(kind: str, capacity: int,
-                                                 spec: list[tuple[float, int, int, int, bool]]
-                                                 ) -> None:
-    reqs, steps = run(kind, capacity, spec)
+                                                 spec: list[tuple[float, int, int, int, bool]],
+                                                 victim_policy: str) -> None:
+    reqs, steps = run(kind, capacity, spec, victim_policy)
     rows = reqs.to_pylist()
     assert len(rows) == len(spec)
     for row, (_, _, cap, eos, ignore) in zip(rows, spec, strict=True):
@@ -84,7 +87,7 @@ def test_runs_end_and_metrics_agree_with_records(kind: str, capacity: int,
     assert m["total_output_tokens"] == sum(
         r["output_len"] for r in rows if r["finish_reason"] in ("stop", "length"))
     # same inputs, same records
-    again = run(kind, capacity, spec)
+    again = run(kind, capacity, spec, victim_policy)
     assert parquet_bytes(again[0]) == parquet_bytes(reqs)
     assert parquet_bytes(again[1]) == parquet_bytes(steps)
 

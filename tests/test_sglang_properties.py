@@ -13,6 +13,7 @@ from sglang_helpers import Run, step
 from schedulers.contract import Request
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
 from schedulers.sglang.invariants import check_sglang_invariants
+from schedulers.victim_policy import VICTIM_POLICIES
 
 
 @st.composite
@@ -20,6 +21,10 @@ def setups(draw: Any) -> tuple[SglangSchedulerConfig, list[tuple[int, Request]]]
     ps = draw(st.sampled_from([1, 1, 2, 4, 8]))
     pages = draw(st.integers(min_value=48, max_value=240)) // ps
     chunk = draw(st.sampled_from([None, 1, 2, 4, 8]))
+    retraction_policy = draw(st.sampled_from(["length", "priority"]))
+    # a victim_policy other than default replaces retraction_policy (length)
+    victim_policy = ("default" if retraction_policy == "priority"
+                     else draw(st.sampled_from(VICTIM_POLICIES)))
     cfg = SglangSchedulerConfig(
         max_total_tokens=pages * ps,
         page_size=ps,
@@ -33,7 +38,8 @@ def setups(draw: Any) -> tuple[SglangSchedulerConfig, list[tuple[int, Request]]]
         random_seed=draw(st.integers(min_value=0, max_value=3)),
         clip_max_new_tokens_estimation=draw(st.sampled_from([4096, 8])),
         prefill_max_requests=draw(st.sampled_from([None, None, 1, 3])),
-        retraction_policy=draw(st.sampled_from(["length", "priority"])),
+        retraction_policy=retraction_policy,
+        victim_policy=victim_policy,
         schedule_low_priority_values_first=draw(st.booleans()),
     )
     prefixes = [draw(st.lists(st.integers(3, 40), min_size=1, max_size=3 * ps + 6))

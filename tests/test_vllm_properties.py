@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from experiments.conformance import fake_token
 from schedulers.contract import Request, StepResult
+from schedulers.victim_policy import VICTIM_POLICIES
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 from schedulers.vllm.invariants import check_vllm_invariants
 
@@ -31,6 +32,8 @@ def workloads(draw: st.DrawFn) -> tuple[VllmSchedulerConfig, list[tuple[int, Req
         watermark=draw(st.sampled_from([0.0, 0.0, 0.05, 0.2])),
         policy=draw(st.sampled_from(["fcfs", "priority"])),
         enable_prefix_caching=draw(st.booleans()),
+        victim_policy=draw(st.sampled_from(VICTIM_POLICIES)),
+        victim_seed=draw(st.integers(0, 3)),
     )
     prefixes = [[draw(st.integers(3, 50)) for _ in range(draw(st.integers(0, 40)))]
                 for _ in range(2)]

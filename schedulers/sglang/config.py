@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedulers.host_pool import check_preemption_config
+from schedulers.victim_policy import check_victim_policy
 
 # mirrors python/sglang/srt/managers/schedule_policy.py: CacheAwarePolicy / CacheAgnosticPolicy
 # (the five policies the oracle covers; hrrn, routing-key and shortest-prefill-first are not here)
@@ -31,6 +32,9 @@ class SglangSchedulerConfig:
     `preemption_mode`: recompute (upstream) or swap (a retracted request's KV goes to a host
     pool of `host_kv_capacity_tokens` slots, a multiple of `page_size`, and comes back when it
     is admitted again; with the pool full it is recomputed). Not upstream fields.
+    (None: unbounded, only the pool limits a prompt). `victim_policy` is ours
+    (schedulers/victim_policy.py): `default` keeps upstream's retraction order
+    (`retraction_policy`); any other name replaces it, its `random` seeded by `random_seed`.
     """
 
     max_total_tokens: int
@@ -47,6 +51,7 @@ class SglangSchedulerConfig:
     schedule_low_priority_values_first: bool = False
     priority_scheduling_preemption_threshold: int = 10
     retraction_policy: str = "length"
+    victim_policy: str = "default"
     context_length: int | None = None
     # environ.py constants (SGLANG_*), kept overridable for experiments
     init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -101,6 +106,11 @@ class SglangSchedulerConfig:
         if self.retraction_policy not in RETRACTION_POLICIES:
             raise bad("retraction_policy", self.retraction_policy,
                       f"valid: {', '.join(RETRACTION_POLICIES)}")
+        check_victim_policy("sglang scheduler", self.victim_policy)
+        if self.victim_policy != "default" and self.retraction_policy != "length":
+            raise bad("victim_policy", self.victim_policy,
+                      f"replaces retraction_policy={self.retraction_policy!r}; set one of "
+                      "them (victim_policy=default keeps retraction_policy)")
         if self.context_length is not None:
             need_int("context_length", self.context_length, 2)
         if not self.init_new_token_ratio > 0:

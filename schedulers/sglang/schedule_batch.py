@@ -7,9 +7,12 @@ check_decode_mem, retract_decode, _get_decode_retraction_order, release_req).
 
 from __future__ import annotations
 
+import random
+
 from schedulers.sglang.kv_cache import KVCache
 from schedulers.sglang.new_token_ratio import NewTokenRatioTracker
 from schedulers.sglang.req import Req
+from schedulers.victim_policy import VictimFacts, rank_victims
 
 ABORT_OOM_LAST_REQUEST = (
     "Out of memory even after retracting all other requests in the decode batch. "
@@ -95,14 +98,20 @@ class ScheduleBatch:
 
     @staticmethod
     def get_decode_retraction_order(reqs: list[Req], retraction_policy: str = "length",
-                                    schedule_low_priority_values_first: bool = False
-                                    ) -> list[int]:
+                                    schedule_low_priority_values_first: bool = False,
+                                    victim_policy: str = "default", page_size: int = 1,
+                                    rng: random.Random | None = None) -> list[int]:
         """Indices from most- to least-preferred to keep; retraction pops from the end, so the
         request with the fewest outputs, then the longest input, goes first (ties: the later
-        one in the batch).
+        one in the batch). A `victim_policy` other than default replaces this order with its
+        ranking (schedulers/victim_policy.py; `rng` feeds its `random`).
 
         mirrors schedule_batch.py: ScheduleBatch._get_decode_retraction_order
         """
+        if victim_policy != "default":
+            facts = [victim_facts(r, page_size) for r in reqs]
+            ranked = rank_victims(facts, victim_policy, rng or random.Random(0))
+            return ranked[::-1]
         order = list(range(len(reqs)))
         if retraction_policy == "priority":
             sign = 1 if schedule_low_priority_values_first else -1
@@ -114,7 +123,8 @@ class ScheduleBatch:
         return order
 
     def retract_decode(self, tracker: NewTokenRatioTracker, retraction_policy: str = "length",
-                       schedule_low_priority_values_first: bool = False
+                       schedule_low_priority_values_first: bool = False,
+                       victim_policy: str = "default", rng: random.Random | None = None
                        ) -> tuple[list[Req], float, list[Req]]:
         """Retract decoding requests until the next decode step fits; keep at least one, abort
         it if even it alone does not fit. Returns (retracted, new ratio, aborted).
@@ -122,7 +132,8 @@ class ScheduleBatch:
         mirrors schedule_batch.py: ScheduleBatch.retract_decode
         """
         sorted_indices = self.get_decode_retraction_order(
-            self.reqs, retraction_policy, schedule_low_priority_values_first)
+            self.reqs, retraction_policy, schedule_low_priority_values_first, victim_policy,
+            self.kv.page_size, rng)
         retracted: list[Req] = []
         aborted: list[Req] = []
         first_iter = True
@@ -143,3 +154,18 @@ class ScheduleBatch:
             self.kv.release_req(last, 0, swap=False)
         self.filter_batch(keep_indices=sorted_indices)
         return retracted, tracker.estimate_after_retract(self.reqs), aborted
+
+
+def victim_facts(req: Req, page_size: int) -> VictimFacts:
+    """What `victim_policy` ranks a decoding request by (its row holds
+    `kv_allocated_len` slots, in whole pages)."""
+    held = -(-req.kv_allocated_len // page_size) * page_size
+    return VictimFacts(
+        request_id=req.rid,
+        arrival_time=req.request.arrival_time,
+        num_output_tokens=len(req.output_ids),
+        num_prompt_tokens=len(req.origin_input_ids),
+        computed_tokens=req.kv_committed_len,
+        kv_slots=held,
+        remaining_tokens=req.max_new_tokens - len(req.output_ids),
+    )

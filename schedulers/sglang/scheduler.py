@@ -17,6 +17,8 @@ never fit, even in an empty pool), the head is aborted with a reason and counted
 
 from __future__ import annotations
 
+import random
+
 from schedulers.contract import (
     DecodeRun,
     DecodeRunStats,
@@ -64,6 +66,8 @@ class SglangScheduler:
             config.in_batch_prefix_caching_check_threshold,
             config.in_batch_prefix_caching_deprioritize_threshold,
             config.enable_waiting_prefix_refresh)
+        # its own stream: the random schedule_policy's draws stay as upstream's
+        self.victim_rng = random.Random(config.random_seed)
         self.new_token_ratio_tracker = NewTokenRatioTracker.from_config(
             config.schedule_conservativeness, config.init_new_token_ratio,
             config.min_new_token_ratio_factor, config.new_token_ratio_decay_steps,
@@ -273,7 +277,8 @@ class SglangScheduler:
         if not batch.check_decode_mem():
             retracted, new_token_ratio, reqs_to_abort = batch.retract_decode(
                 self.new_token_ratio_tracker, self.config.retraction_policy,
-                self.config.schedule_low_priority_values_first)
+                self.config.schedule_low_priority_values_first, self.config.victim_policy,
+                self.victim_rng)
             self.new_token_ratio_tracker.current = new_token_ratio
             for r in reqs_to_abort:
                 self._finish_aborted(r, r.to_finish or "aborted")

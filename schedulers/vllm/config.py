@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedulers.host_pool import check_preemption_config
+from schedulers.victim_policy import check_victim_policy
 
 POLICIES = ("fcfs", "priority")
 
@@ -20,6 +21,8 @@ class VllmSchedulerConfig:
     `preemption_mode`: recompute (upstream v1) or swap (a victim's KV goes to a host pool of
     `host_kv_capacity_tokens` slots, a multiple of `block_size`; when it is full the victim
     is recomputed). Not upstream v1 fields; vLLM v0 had `preemption_mode` and `swap_space`.
+    `victim_policy` and `victim_seed` are ours (schedulers/victim_policy.py): `default` keeps
+    upstream's choice of whom to preempt; `victim_seed` seeds the `random` policy.
     """
 
     num_blocks: int
@@ -34,6 +37,8 @@ class VllmSchedulerConfig:
     enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"
     host_kv_capacity_tokens: int = 0
+    victim_policy: str = "default"
+    victim_seed: int = 0
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, why: str) -> ValueError:
@@ -65,6 +70,7 @@ class VllmSchedulerConfig:
             raise bad("policy", self.policy, f"valid: {', '.join(POLICIES)}")
         check_preemption_config("vllm scheduler", self.preemption_mode,
                                 self.host_kv_capacity_tokens, self.block_size)
+        check_victim_policy("vllm scheduler", self.victim_policy)
 
     @classmethod
     def from_capacity(cls, kv_capacity_tokens: int, block_size: int = 16, **kwargs: object

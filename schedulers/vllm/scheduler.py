@@ -11,6 +11,8 @@ host pool and its progress kept; at readmission it is copied back instead of rec
 
 from __future__ import annotations
 
+import random
+
 from schedulers.contract import (
     DecodeRun,
     DecodeRunStats,
@@ -23,6 +25,7 @@ from schedulers.contract import (
     SwapOp,
 )
 from schedulers.host_pool import HostKVPool
+from schedulers.victim_policy import VictimFacts, rank_victims
 from schedulers.vllm.config import VllmSchedulerConfig
 from schedulers.vllm.kv_cache_manager import KVCacheManager, cdiv
 from schedulers.vllm.kv_cache_utils import KVCacheBlock
@@ -56,6 +59,8 @@ class VllmScheduler:
         self.max_num_scheduled_tokens = config.max_num_batched_tokens
         self.max_model_len = config.max_model_len
         self.policy = config.policy
+        self.victim_policy = config.victim_policy
+        self.victim_rng = random.Random(config.victim_seed)
         self.kv_cache_manager = KVCacheManager(
             num_blocks=config.num_blocks,
             block_size=config.block_size,
@@ -146,6 +151,7 @@ class VllmScheduler:
         num_scheduled_tokens: dict[str, int] = {}
         token_budget = self.max_num_scheduled_tokens
         priority_policy = self.policy == "priority"
+        ranked_victims = self.victim_policy != "default"
 
         # The threshold only protects other requests from a long prefill: alone, it is off.
         num_eligible = len(running) + len(self.waiting)
@@ -171,9 +177,10 @@ class VllmScheduler:
                 new_blocks = kv.allocate_slots_running(request, num_new_tokens)
                 if new_blocks is not None:
                     break
-                # mirrors Scheduler.schedule: preempt the lowest-priority request
-                if priority_policy:
-                    preempted_req = max(running, key=lambda r: (r.priority, r.arrival_time))
+                # mirrors Scheduler.schedule: preempt the lowest-priority request (fcfs: the
+                # back of running); a victim_policy other than default only changes whom
+                if priority_policy or ranked_victims:
+                    preempted_req = self._choose_victim(running)
                     victim_index = running.index(preempted_req)
                     del running[victim_index]
                     if victim_index < req_index:
@@ -292,6 +299,27 @@ class VllmScheduler:
             swap_in=self._swap_in,
             swap_fallbacks=self._swap_fallbacks,
         )
+
+    def _choose_victim(self, running: list[VllmRequest]) -> VllmRequest:
+        """The request to preempt under `victim_policy` (never called for fcfs + default,
+        whose victim is simply the back of `running`)."""
+        if self.victim_policy == "default":
+            # mirrors Scheduler.schedule (policy=priority): the least important request
+            return max(running, key=lambda r: (r.priority, r.arrival_time))
+        block_ids = self.kv_cache_manager.req_to_block_ids
+        facts = [
+            VictimFacts(
+                request_id=r.request_id,
+                arrival_time=r.arrival_time,
+                num_output_tokens=r.num_output_tokens,
+                num_prompt_tokens=r.num_prompt_tokens,
+                computed_tokens=r.num_computed_tokens,
+                kv_slots=len(block_ids.get(r.request_id, ())) * self.block_size,
+                remaining_tokens=r.max_tokens - r.num_output_tokens,
+            )
+            for r in running
+        ]
+        return running[rank_victims(facts, self.victim_policy, self.victim_rng)[0]]
 
     def _preempt_request(self, request: VllmRequest) -> None:
         """mirrors scheduler.py: Scheduler._preempt_request (free KV, back to the queue head).

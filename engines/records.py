@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from engines.admission import OVERLOADED
+from engines.step_columns import StepColumns
 from schedulers.contract import (
     DecodeRun,
     DecodeRunStats,
@@ -125,7 +126,7 @@ class Recorder:
     def __init__(self) -> None:
         self._index: dict[str, int] = {}
         self._live: dict[int, None] = {}
-        self._step_rows: list[tuple[int | float | str, ...]] = []
+        self._steps = StepColumns(STEP_SCHEMA)
 
     # --- setup -------------------------------------------------------------------------
     def start(self, requests: Sequence[Request]) -> None:
@@ -243,8 +244,8 @@ class Recorder:
             self._end(index[rid], "abort", why, end)
         for rid, why in events.finished:
             self._end(index[rid], why, "", end)
-        self._step_rows.append((
-            len(self._step_rows), start, end - start, len(plan.chunks), prefill + decode,
+        self._steps.append((
+            len(self._steps), start, end - start, len(plan.chunks), prefill + decode,
             prefill, decode, decode, len(plan.preempted), len(plan.aborted),
             len(events.finished), stats.kv_used_tokens, stats.kv_cached_tokens,
             stats.num_running, stats.num_waiting, plan.forward_mode,
@@ -276,13 +277,11 @@ class Recorder:
             nout[i] += k
             times[i].extend(ends)
         b = len(run.request_ids)
-        rows = self._step_rows
-        mode = run.forward_mode
-        used, cached = stats.kv_used_tokens, stats.kv_cached_tokens
-        running, waiting = stats.num_running, stats.num_waiting
-        for j in range(k):
-            rows.append((len(rows), starts[j], ends[j] - starts[j], b, b, 0, b, b, 0, 0, 0,
-                         used[j], cached[j], running, waiting, mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
+        first = len(self._steps)
+        self._steps.extend(k, (
+            range(first, first + k), starts, [e - s for s, e in zip(starts, ends, strict=True)],
+            b, b, 0, b, b, 0, 0, 0, stats.kv_used_tokens, stats.kv_cached_tokens,
+            stats.num_running, stats.num_waiting, run.forward_mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
 
     # --- queries and output ------------------------------------------------------------
     def live_ids(self) -> list[str]:
@@ -291,7 +290,7 @@ class Recorder:
 
     @property
     def num_steps(self) -> int:
-        return len(self._step_rows)
+        return len(self._steps)
 
     def requests_table(self) -> pa.Table:
         """The per-request records as an Arrow table (`REQUEST_SCHEMA`)."""
@@ -321,8 +320,4 @@ class Recorder:
 
     def steps_table(self) -> pa.Table:
         """The per-step records as an Arrow table (`STEP_SCHEMA`)."""
-        cols = list(zip(*self._step_rows, strict=True)) if self._step_rows else \
-            [() for _ in STEP_SCHEMA]
-        return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, STEP_SCHEMA,
-                                                                           strict=True)],
-                                    schema=STEP_SCHEMA)
+        return self._steps.table()

@@ -1,0 +1,36 @@
+"""StepColumns builds the same Arrow table as converting the rows one by one."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from engines.records import STEP_SCHEMA
+from engines.step_columns import StepColumns
+
+SCHEMA = pa.schema([("step", pa.int64()), ("t", pa.float64()), ("mode", pa.string()),
+                    ("n", pa.int64())])
+
+
+def test_rows_and_runs_make_the_table_python_rows_would() -> None:
+    cols = StepColumns(SCHEMA)
+    rows = [(0, 0.5, "extend", 3), (1, 0.75, "decode", 2)]
+    for r in rows:
+        cols.append(r)
+    cols.extend(3, (range(2, 5), [1.0, 1.5, 2.25], "decode", 7))
+    rows += [(2, 1.0, "decode", 7), (3, 1.5, "decode", 7), (4, 2.25, "decode", 7)]
+    cols.append((5, 3.0, "idle", 0))
+    rows.append((5, 3.0, "idle", 0))
+    expected = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in rows],
+                                    schema=SCHEMA)
+    assert len(cols) == 6
+    assert cols.table().equals(expected)
+
+
+def test_empty_table_and_bad_input() -> None:
+    assert StepColumns(STEP_SCHEMA).table().num_rows == 0
+    cols = StepColumns(SCHEMA)
+    with pytest.raises(ValueError, match="t has 1 values for 2 rows"):
+        cols.extend(2, ([0, 1], [0.0], "x", 1))
+    with pytest.raises(TypeError, match="field 'b'"):
+        StepColumns(pa.schema([("b", pa.bool_())]))

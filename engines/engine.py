@@ -39,7 +39,7 @@ import pyarrow as pa
 from engines.admission import AdmissionLimits, FrontDoor
 from engines.executors.base import Executor
 from engines.records import Recorder
-from schedulers.contract import Request, Scheduler, StepResult
+from schedulers.contract import Request, Scheduler, StepEvents, StepPlan, StepResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -168,6 +168,9 @@ class Engine:
         tokens = executor.decode_run_tokens(run, len(starts))
         stats = sched.commit_decode_run(run, tokens)
         self.recorder.on_decode_run(run, starts, ends, stats)
+        if stats.finished and self.door is not None:
+            self.door.on_step(StepPlan(step=-1, page_size=1),
+                              StepEvents(finished=stats.finished))
         self.num_decode_run_steps += len(starts)
         return clock
 

@@ -276,12 +276,21 @@ class Recorder:
                 first_token[i] = ends[0]
             nout[i] += k
             times[i].extend(ends)
+        for rid, why in stats.finished:
+            self._end(index[rid], why, "", ends[-1])
         b = len(run.request_ids)
         first = len(self._steps)
+        running: int | list[int] = stats.num_running
+        num_finished: int | list[int] = 0
+        if stats.finished:
+            num_finished = [0] * (k - 1) + [len(stats.finished)]
+            after = stats.num_running if stats.num_running_after is None \
+                else stats.num_running_after
+            running = [stats.num_running] * (k - 1) + [after]
         self._steps.extend(k, (
             range(first, first + k), starts, [e - s for s, e in zip(starts, ends, strict=True)],
-            b, b, 0, b, b, 0, 0, 0, stats.kv_used_tokens, stats.kv_cached_tokens,
-            stats.num_running, stats.num_waiting, run.forward_mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
+            b, b, 0, b, b, 0, 0, num_finished, stats.kv_used_tokens, stats.kv_cached_tokens,
+            running, stats.num_waiting, run.forward_mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
 
     # --- queries and output ------------------------------------------------------------
     def live_ids(self) -> list[str]:

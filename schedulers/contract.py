@@ -159,11 +159,13 @@ class StepEvents:
 class DecodeRun:
     """A run of steady decode steps a scheduler can commit at once (DESIGN.md, "Decode runs").
 
-    In each of the next `max_steps` steps, if nothing arrives and nobody finishes, the
-    scheduler would decode exactly one token for every request in `request_ids` (its running
-    order) and decide nothing else: no admission, preemption, retraction or abort. In the
-    first of those steps, request `i` computes position `seq_lens[i] - 1` and samples after
-    `seq_lens[i]` tokens; every later step adds one to each. `forward_mode` is the plans'.
+    In each of the next `max_steps` steps, if nothing arrives, the scheduler would decode
+    exactly one token for every request in `request_ids` (its running order) and decide
+    nothing else: no admission, preemption, retraction or abort. In the first of those steps,
+    request `i` computes position `seq_lens[i] - 1` and samples after `seq_lens[i]` tokens;
+    every later step adds one to each. Only the last step of a run may finish requests (a stop
+    token or a length cap): the scheduler bounds the run there, and the executor too.
+    `forward_mode` is the plans'.
     """
 
     request_ids: list[str]
@@ -183,13 +185,16 @@ class DecodeRun:
 
 @dataclass(slots=True)
 class DecodeRunStats:
-    """Occupancy after each step of a committed decode run (`SchedulerStats` per step, with
-    the running and waiting counts constant over the run)."""
+    """What committing a decode run did: the occupancy after each step (`SchedulerStats` per
+    step; the running count is constant until the last step, which may finish requests), and
+    the requests the last step finished, with their reasons."""
 
     kv_used_tokens: list[int]
     kv_cached_tokens: list[int]
     num_running: int
     num_waiting: int
+    finished: list[tuple[str, str]] = field(default_factory=list)
+    num_running_after: int | None = None  # after the last step; None: num_running
 
 
 @runtime_checkable

@@ -116,8 +116,9 @@ class SimExecutor:
 
     # --- decode runs (DESIGN.md, "Decode runs") -------------------------------------------
     def decode_run_limit(self, run: DecodeRun) -> int:
-        """How many leading steps of `run` sample no stop token (EOS at a request's output
-        length, or a rule token equal to its `eos_token_id`): the run may not go further."""
+        """How many leading steps of `run` may run: up to and including the first that samples
+        a stop token (EOS at a request's output length, or a rule token equal to its
+        `eos_token_id`)."""
         k = run.max_steps
         regs = self._requests
         for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
@@ -128,22 +129,27 @@ class SimExecutor:
             # step j samples after e + j tokens: output number e + j - prompt_len + 1
             j_eos = reg.eos_output_len + reg.prompt_len - 1 - e
             if 0 <= j_eos < k:
-                k = j_eos
+                k = j_eos + 1
             if 3 <= eos < 31003:  # a rule token could equal it: look
                 for j in range(k):
                     if 3 + (reg.index * 7919 + (e + j) * 104729) % 31000 == eos:
-                        k = j
+                        k = j + 1
                         break
         return k
 
     def decode_run_tokens(self, run: DecodeRun, num_steps: int) -> list[list[int]]:
         """Each request's sampled tokens over the first `num_steps` steps of `run` (within
-        `decode_run_limit`, so all are rule tokens)."""
+        `decode_run_limit`: only the last may be a stop token), as `execute` samples them."""
         regs = self._requests
         out: list[list[int]] = []
         for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
-            base = regs[rid].index * 7919
-            out.append([3 + (base + p * 104729) % 31000 for p in range(e, e + num_steps)])
+            reg = regs[rid]
+            base = reg.index * 7919
+            toks = [3 + (base + p * 104729) % 31000 for p in range(e, e + num_steps)]
+            if (reg.eos_token_id is not None
+                    and e + num_steps - 1 - reg.prompt_len + 1 == reg.eos_output_len):
+                toks[-1] = reg.eos_token_id
+            out.append(toks)
         return out
 
     def decode_step_seconds(self, num_seqs: int, seq_len_sum: int) -> float:

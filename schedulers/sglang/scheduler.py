@@ -362,11 +362,16 @@ class SglangScheduler:
         tok = self._sampled(sampled, req)
         req.output_ids.append(tok)
         events.new_token_ids[req.rid] = [tok]
+        return self._finish_if_done(req, events.finished)
+
+    def _finish_if_done(self, req: Req, finished: list[tuple[str, str]]) -> bool:
+        """After a token was appended: on a finish release the request's KV (checkpointed into
+        the tree) and report it in `finished`. Returns whether it finished."""
         req.update_finish_state()
         if req.finished_reason is None:
             return False
         self.kv.release_kv_cache(req, checkpoint=True)
-        events.finished.append((req.rid, req.finished_reason))
+        finished.append((req.rid, req.finished_reason))
         self._live.pop(req.rid, None)
         return True
 
@@ -398,7 +403,7 @@ class SglangScheduler:
         for r in reqs:
             if r.finished_reason is not None or r.to_finish is not None:
                 return None
-            k = min(k, r.max_new_tokens - len(r.output_ids) - 1)
+            k = min(k, r.max_new_tokens - len(r.output_ids))  # a length finish ends the run
         if k <= 0:
             return None
         room = self.allocator.available_size() + self.tree_cache.evictable_size()
@@ -471,8 +476,22 @@ class SglangScheduler:
         for r, toks in zip(reqs, tokens, strict=True):
             r.output_ids.extend(toks)
         self._step += num_steps
-        return DecodeRunStats(used, cached, self.req_to_token_pool.num_used_rows(),
-                              len(self.waiting_queue))
+        num_running = self.req_to_token_pool.num_used_rows()
+        # The last step may finish requests, as process_batch_result_decode would.
+        finished: list[tuple[str, str]] = []
+        self.allocator.free_group_begin()
+        try:
+            for r in reqs:
+                self._finish_if_done(r, finished)
+        finally:
+            self.allocator.free_group_end()
+        if finished:
+            self._steady = False
+            evictable = tree.evictable_size()
+            used[-1] = capacity - self.allocator.available_size() - evictable
+            cached[-1] = evictable
+        return DecodeRunStats(used, cached, num_running, len(self.waiting_queue), finished,
+                              self.req_to_token_pool.num_used_rows())
 
     # ------------------------------------------------------------------ contract: misc
     def abort(self, request_id: str, reason: str) -> None:

@@ -374,19 +374,10 @@ class VllmScheduler:
             token_id = sampled[chunk.request_id]
             req.append_output_token_id(token_id)
             events.new_token_ids[req.request_id] = [token_id]
-            # mirrors vllm/v1/core/sched/utils.py: check_stop
-            if token_id == req.eos_token_id:
-                req.status = RequestStatus.FINISHED_STOPPED
-            elif (
-                len(req.all_token_ids) >= max_model_len
-                or len(req.all_token_ids) - req.num_prompt_tokens >= req.max_tokens
-            ):
-                req.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            else:
-                continue
-            stopped.add(req)
-            events.finished.append((req.request_id, FINISH_REASONS[req.status]))
-            self._free_request(req)
+            if self._check_stop(req, token_id, max_model_len):
+                stopped.add(req)
+                events.finished.append((req.request_id, FINISH_REASONS[req.status]))
+                self._free_request(req)
         if stopped:
             self.running = [r for r in self.running if r not in stopped]
             self._steady = False
@@ -426,8 +417,8 @@ class VllmScheduler:
         k = limit
         for r in running:
             # step j appends output number num_output_tokens + j + 1: the step that reaches
-            # max_tokens or max_model_len finishes the request and is not part of the run
-            k = min(k, r.max_tokens - r.num_output_tokens - 1, max_model_len - r.num_tokens - 1)
+            # max_tokens or max_model_len finishes the request and ends the run
+            k = min(k, r.max_tokens - r.num_output_tokens, max_model_len - r.num_tokens)
         if k <= 0:
             return None
         # The first step whose block allocations exceed the free blocks would preempt.
@@ -515,7 +506,37 @@ class VllmScheduler:
         for r in running:
             r.num_computed_tokens += num_steps
         self.step_count += num_steps
-        return DecodeRunStats(used, cached, len(running), len(self.waiting))
+        # The last step may finish requests (a stop token or a length cap), as
+        # update_from_output would.
+        finished: list[tuple[str, str]] = []
+        max_model_len = self.max_model_len
+        for i, r in enumerate(running):
+            if self._check_stop(r, tokens[i][-1], max_model_len):
+                finished.append((r.request_id, FINISH_REASONS[r.status]))
+                self._free_request(r)
+        num_running = len(running)
+        if finished:
+            self.running = [r for r in running if not r.status.is_finished]
+            self._steady = False
+            used[-1] = (usable - queue.num_free_blocks) * bs
+            cached[-1] = pool.num_free_cached_blocks * bs
+        return DecodeRunStats(used, cached, num_running, len(self.waiting), finished,
+                              len(self.running))
+
+    @staticmethod
+    def _check_stop(req: VllmRequest, token_id: int, max_model_len: int) -> bool:
+        """mirrors vllm/v1/core/sched/utils.py: check_stop (EOS, then the length caps); sets
+        the finished status."""
+        if token_id == req.eos_token_id:
+            req.status = RequestStatus.FINISHED_STOPPED
+        elif (
+            len(req.all_token_ids) >= max_model_len
+            or len(req.all_token_ids) - req.num_prompt_tokens >= req.max_tokens
+        ):
+            req.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        else:
+            return False
+        return True
 
     def _free_request(self, request: VllmRequest) -> None:
         # mirrors scheduler.py: Scheduler._free_request / _free_blocks

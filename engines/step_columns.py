@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -57,9 +56,9 @@ class StepColumns:
         value repeated."""
         for i, (col, values) in enumerate(zip(self._cols, columns, strict=True)):
             if isinstance(values, str):
-                col.extend(repeat(self._code(i, values), num_rows))
+                col.extend(array("q", (self._code(i, values),)) * num_rows)
             elif isinstance(values, (int, float)):
-                col.extend(repeat(values, num_rows))
+                col.extend(array(col.typecode, (values,)) * num_rows)
             else:
                 if len(values) != num_rows:
                     raise ValueError(f"step columns: {self.schema.field(i).name} has "

@@ -13,7 +13,7 @@ therefore count in pages; with page_size 1 a page is a slot.
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterator
 
 
 class ReqToTokenPool:
@@ -50,6 +50,58 @@ class ReqToTokenPool:
         self.free_slots.append(idx)
 
 
+class FreeList:
+    """A FIFO of free page ids: taken from the head, returned to the tail (or the head).
+
+    A list with a head index: taking n ids is one slice, not n pops, which matters when a
+    prefill takes thousands of slots at once. The consumed prefix is dropped once it is
+    larger than what is left.
+    """
+
+    __slots__ = ("_head", "_ids")
+
+    def __init__(self, ids: list[int]) -> None:
+        self._ids = ids
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._ids) - self._head
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids[self._head:])
+
+    def __getitem__(self, i: int) -> int:
+        return self._ids[self._head:][i]
+
+    def take(self, n: int) -> list[int]:
+        """Remove and return the first `n` ids (the caller checked there are enough)."""
+        head = self._head
+        out = self._ids[head:head + n]
+        head += n
+        if head > len(self._ids) - head:
+            del self._ids[:head]
+            head = 0
+        self._head = head
+        return out
+
+    def append(self, page: int) -> None:
+        self._ids.append(page)
+
+    def extend(self, pages: list[int]) -> None:
+        """Return `pages` to the tail, in order."""
+        self._ids.extend(pages)
+
+    def prepend(self, pages: list[int]) -> None:
+        """Return `pages` to the head, `pages[0]` first."""
+        head, n = self._head, len(pages)
+        if n <= head:
+            self._ids[head - n:head] = pages
+            self._head = head - n
+        else:
+            self._ids[:head] = pages
+            self._head = 0
+
+
 class TokenToKVPoolAllocator:
     """Page-size-1 allocator: takes slots from the head of the free list, returns them to its
     tail (mirrors allocator/token.py: TokenToKVPoolAllocator with need_sort=False)."""
@@ -60,7 +112,7 @@ class TokenToKVPoolAllocator:
         self.size = size
         self.page_size = 1
         self.num_pages = size
-        self.free_pages: deque[int] = deque(range(size))
+        self.free_pages = FreeList(list(range(size)))
         # None: free right away; a list: hold frees until free_group_end() (base.py)
         self.free_group: list[int] | None = None
 
@@ -72,8 +124,7 @@ class TokenToKVPoolAllocator:
         fp = self.free_pages
         if num_pages > len(fp):
             return None
-        pop = fp.popleft
-        return [pop() for _ in range(num_pages)]
+        return fp.take(num_pages)
 
     def free(self, pages: list[int]) -> None:
         # mirrors allocator/token.py: TokenToKVPoolAllocator.free
@@ -117,7 +168,7 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
         if self.free_group is not None:
             self.free_group.extend(pages)
         else:
-            self.free_pages.extendleft(reversed(pages))
+            self.free_pages.prepend(pages)
 
 
 def make_allocator(size: int, page_size: int) -> TokenToKVPoolAllocator:

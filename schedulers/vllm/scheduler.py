@@ -453,8 +453,8 @@ class VllmScheduler:
         scheduling and updating them one by one.
 
         Per step, upstream gives each running request, in order, a new block when its token
-        crosses a block boundary and caches the blocks it filled; those pool operations are
-        replayed in the same (step, request) order, so every block id and cache entry matches.
+        crosses a block boundary and caches the blocks it filled; the allocations are replayed
+        in the same (step, request) order, so every block id and eviction matches.
         """
         num_steps = run.num_steps(tokens)
         kv = self.kv_cache_manager
@@ -462,20 +462,13 @@ class VllmScheduler:
         bs = self.block_size
         running = self.running
         allocs: list[tuple[int, int]] = []  # (step, running index) of each new block
-        fills: list[tuple[int, int]] = []  # (step, running index) of each block filled
         for i, r in enumerate(running):
-            nc = r.num_computed_tokens
-            j = len(kv.req_to_blocks[r.request_id]) * bs - nc
+            j = len(kv.req_to_blocks[r.request_id]) * bs - r.num_computed_tokens
             while j < num_steps:
                 allocs.append((j, i))
                 j += bs
-            j = -(nc + 1) % bs  # the step whose token fills a block
-            while j < num_steps:
-                fills.append((j, i))
-                j += bs
             r.append_output_token_ids(tokens[i])
         allocs.sort()
-        fills.sort()
         # Blocks leave the free queue head in (step, request) order, evicting cached ones.
         queue = pool.free_block_queue
         num_free = queue.num_free_blocks
@@ -487,11 +480,11 @@ class VllmScheduler:
             rid = running[i].request_id
             req_to_blocks[rid].append(blk)
             req_to_block_ids[rid].append(blk.block_id)
-        # Then the filled blocks are cached in the same (step, request) order.
-        for j, i in fills:
-            r = running[i]
-            n = (r.num_computed_tokens + j + 1) // bs
-            kv._cache_blocks(r, req_to_blocks[r.request_id], n * bs)
+        # Then each request caches the blocks it filled. Step by step, upstream interleaves
+        # these inserts with the other requests' and with the evictions above; the hashes of
+        # blocks holding different requests' outputs differ, so the hash map ends the same.
+        for r in running:
+            kv._cache_blocks(r, req_to_blocks[r.request_id], r.num_computed_tokens + num_steps)
         usable = self.num_usable_blocks
         used: list[int] = []
         cached: list[int] = []

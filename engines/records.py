@@ -105,6 +105,10 @@ STEP_SCHEMA = pa.schema([
     ("swap_s", pa.float64()),
 ])
 
+# The step fields that vary within a decode run (the others are constant over it).
+STEP_FIELDS_PER_STEP = ("step", "start_time", "duration_s", "num_finished", "kv_used_tokens",
+                        "kv_cached_tokens", "num_running")
+
 FINISH_REASONS = ("stop", "length", "abort", "rejected", OVERLOADED)
 
 
@@ -114,8 +118,10 @@ def _list_column(values: Sequence[array], typ: pa.DataType, np_dtype: type) -> p
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] > np.iinfo(np.int32).max:
         raise OverflowError("records: a list column holds more than 2**31 values")
-    flat = (np.concatenate([np.frombuffer(v, dtype=np_dtype) for v in values])
-            if values else np.zeros(0, dtype=np_dtype))
+    joined = array("d" if np_dtype is np.float64 else "q")
+    for v in values:
+        joined.extend(v)  # same type code: a copy of the buffer
+    flat: np.ndarray = np.frombuffer(joined, dtype=np_dtype)
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                     pa.array(flat, type=typ.value_type), type=typ)
 
@@ -126,7 +132,7 @@ class Recorder:
     def __init__(self) -> None:
         self._index: dict[str, int] = {}
         self._live: dict[int, None] = {}
-        self._steps = StepColumns(STEP_SCHEMA)
+        self._steps = StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP)
 
     # --- setup -------------------------------------------------------------------------
     def start(self, requests: Sequence[Request]) -> None:

@@ -1,22 +1,32 @@
-"""The per-step records as typed columns: a row costs one append per column, a run of decode
-steps one extend per column, and the Arrow table is built from the buffers without converting
-Python objects (a replay has hundreds of thousands of steps)."""
+"""The per-step records as typed columns, cheap to append to and to turn into a table.
+
+A replay has hundreds of thousands of steps, most of them in decode runs (DESIGN.md, "Decode
+runs") whose steps differ only in a few fields. Rows are stored as segments: a segment is one
+step, or a run of steps. Fields that vary within a run (`per_step`) get one value per step;
+the others one value per segment, repeated when the table is built. Int64 fields live in
+array("q"), float64 in array("d"), strings as codes into the distinct values seen; the Arrow
+table is built from the buffers, not from Python objects.
+"""
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+Value = int | float | str
+
 
 class StepColumns:
-    """Rows of a step schema: int64 columns in array("q"), float64 in array("d"), string
-    columns as small codes into a list of the distinct values seen."""
+    """Rows of `schema`; the fields named in `per_step` may vary within a segment."""
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, per_step: Collection[str]) -> None:
         self.schema = schema
+        unknown = set(per_step) - set(schema.names)
+        if unknown:
+            raise ValueError(f"step columns: per_step names unknown fields {sorted(unknown)}")
         self._kinds: list[str] = []
         for f in schema:
             if pa.types.is_int64(f.type):
@@ -24,15 +34,19 @@ class StepColumns:
             elif pa.types.is_float64(f.type):
                 self._kinds.append("d")
             elif pa.types.is_string(f.type):
+                if f.name in per_step:
+                    raise ValueError(f"step columns: string field {f.name!r} cannot be per_step")
                 self._kinds.append("s")
             else:
                 raise TypeError(f"step columns: field {f.name!r} has type {f.type}")
+        self._per_step = [f.name in per_step for f in schema]
         self._cols: list[array] = [array("q" if k == "s" else k) for k in self._kinds]
         self._codes: list[dict[str, int]] = [{} for _ in self._kinds]
-        self._strings = [i for i, k in enumerate(self._kinds) if k == "s"]
+        self._lengths = array("q")  # rows per segment
+        self._num_rows = 0
 
     def __len__(self) -> int:
-        return len(self._cols[0])
+        return self._num_rows
 
     def _code(self, i: int, value: str) -> int:
         codes = self._codes[i]
@@ -41,22 +55,25 @@ class StepColumns:
             code = codes[value] = len(codes)
         return code
 
-    def append(self, row: Sequence[int | float | str]) -> None:
-        """Add one row, its values in schema order."""
-        cols = self._cols
-        for i in self._strings:
-            cols[i].append(self._code(i, row[i]))  # type: ignore[arg-type]
-        for i, (col, kind) in enumerate(zip(cols, self._kinds, strict=True)):
-            if kind != "s":
-                col.append(row[i])
+    def append(self, row: Sequence[Value]) -> None:
+        """Add one row (a segment of one step), its values in schema order."""
+        kinds = self._kinds
+        for i, col in enumerate(self._cols):
+            v = row[i]
+            col.append(self._code(i, v) if kinds[i] == "s" else v)  # type: ignore[arg-type]
+        self._lengths.append(1)
+        self._num_rows += 1
 
-    def extend(self, num_rows: int, columns: Sequence[Sequence[int | float] | int | float | str]
-               ) -> None:
-        """Add `num_rows` rows given column by column: a sequence of `num_rows` values, or one
-        value repeated."""
+    def extend(self, num_rows: int, columns: Sequence[Sequence[int | float] | Value]) -> None:
+        """Add a segment of `num_rows` rows given column by column: for a `per_step` field a
+        sequence of `num_rows` values (or one value for all), for the others one value."""
+        kinds, per_step = self._kinds, self._per_step
         for i, (col, values) in enumerate(zip(self._cols, columns, strict=True)):
-            if isinstance(values, str):
-                col.extend(array("q", (self._code(i, values),)) * num_rows)
+            if not per_step[i]:
+                if isinstance(values, Sequence) and not isinstance(values, str):
+                    raise ValueError(f"step columns: {self.schema.field(i).name} takes one "
+                                     "value per segment")
+                col.append(self._code(i, values) if kinds[i] == "s" else values)  # type: ignore
             elif isinstance(values, (int, float)):
                 col.extend(array(col.typecode, (values,)) * num_rows)
             else:
@@ -64,18 +81,22 @@ class StepColumns:
                     raise ValueError(f"step columns: {self.schema.field(i).name} has "
                                      f"{len(values)} values for {num_rows} rows")
                 col.extend(values)
+        self._lengths.append(num_rows)
+        self._num_rows += num_rows
 
     def table(self) -> pa.Table:
         """The rows as an Arrow table of `schema`."""
+        lengths = np.frombuffer(self._lengths, dtype=np.int64)
         arrays = []
         for i, (col, kind, field) in enumerate(zip(self._cols, self._kinds, self.schema,
                                                    strict=True)):
+            values = np.frombuffer(col, dtype=np.float64 if kind == "d" else np.int64)
+            if not self._per_step[i]:
+                values = np.repeat(values, lengths)
             if kind == "s":
-                names = list(self._codes[i])
-                indices = pa.array(np.frombuffer(col, dtype=np.int64).astype(np.int32))
+                names = pa.array(list(self._codes[i]), pa.string())
                 arrays.append(pa.DictionaryArray.from_arrays(
-                    indices, pa.array(names, pa.string())).cast(pa.string()))
+                    pa.array(values.astype(np.int32)), names).cast(pa.string()))
             else:
-                dtype = np.int64 if kind == "q" else np.float64
-                arrays.append(pa.array(np.frombuffer(col, dtype=dtype), field.type))
+                arrays.append(pa.array(values, field.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)

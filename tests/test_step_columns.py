@@ -13,7 +13,7 @@ SCHEMA = pa.schema([("step", pa.int64()), ("t", pa.float64()), ("mode", pa.strin
 
 
 def test_rows_and_runs_make_the_table_python_rows_would() -> None:
-    cols = StepColumns(SCHEMA)
+    cols = StepColumns(SCHEMA, ("step", "t"))
     rows = [(0, 0.5, "extend", 3), (1, 0.75, "decode", 2)]
     for r in rows:
         cols.append(r)
@@ -28,9 +28,13 @@ def test_rows_and_runs_make_the_table_python_rows_would() -> None:
 
 
 def test_empty_table_and_bad_input() -> None:
-    assert StepColumns(STEP_SCHEMA).table().num_rows == 0
-    cols = StepColumns(SCHEMA)
+    assert StepColumns(STEP_SCHEMA, ()).table().num_rows == 0
+    cols = StepColumns(SCHEMA, ("step", "t"))
     with pytest.raises(ValueError, match="t has 1 values for 2 rows"):
         cols.extend(2, ([0, 1], [0.0], "x", 1))
+    with pytest.raises(ValueError, match="n takes one value per segment"):
+        cols.extend(2, ([0, 1], [0.0, 1.0], "x", [1, 1]))
     with pytest.raises(TypeError, match="field 'b'"):
-        StepColumns(pa.schema([("b", pa.bool_())]))
+        StepColumns(pa.schema([("b", pa.bool_())]), ())
+    with pytest.raises(ValueError, match="unknown fields"):
+        StepColumns(SCHEMA, ("nope",))

@@ -67,23 +67,21 @@ class BlockPool:
         if num_blocks > self.free_block_queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
+        cache = self.cached_block_hash_to_block
         for block in ret:
-            if block.block_hash is not None:
-                self._evict_cached_block(block)
+            block_hash = block.block_hash
+            if block_hash is not None:
+                # mirrors block_pool.py: BlockPool._maybe_evict_cached_block
+                self.cache_version += 1
+                entry = cache.get(block_hash)
+                if entry is not None:
+                    entry.pop(block.block_id, None)
+                    if not entry:
+                        del cache[block_hash]
+                block.block_hash = None
                 self.num_free_cached_blocks -= 1
             block.ref_cnt += 1
         return ret
-
-    # mirrors block_pool.py: BlockPool._maybe_evict_cached_block
-    def _evict_cached_block(self, block: KVCacheBlock) -> None:
-        assert block.block_hash is not None
-        self.cache_version += 1
-        entry = self.cached_block_hash_to_block.get(block.block_hash)
-        if entry is not None:
-            entry.pop(block.block_id, None)
-            if not entry:
-                del self.cached_block_hash_to_block[block.block_hash]
-        block.block_hash = None
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """mirrors block_pool.py: BlockPool.touch (a hit takes a free block out of the queue)."""

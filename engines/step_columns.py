@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Collection, Sequence
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
 
 Value = int | float | str
+_SEQUENCES = (list, tuple, range, array)
 
 
 class StepColumns:
@@ -70,17 +72,18 @@ class StepColumns:
         kinds, per_step = self._kinds, self._per_step
         for i, (col, values) in enumerate(zip(self._cols, columns, strict=True)):
             if not per_step[i]:
-                if isinstance(values, Sequence) and not isinstance(values, str):
+                if type(values) in _SEQUENCES:
                     raise ValueError(f"step columns: {self.schema.field(i).name} takes one "
                                      "value per segment")
                 col.append(self._code(i, values) if kinds[i] == "s" else values)  # type: ignore
-            elif isinstance(values, (int, float)):
-                col.extend(array(col.typecode, (values,)) * num_rows)
+            elif type(values) not in _SEQUENCES:
+                col.extend(array(col.typecode, (values,)) * num_rows)  # type: ignore[arg-type]
             else:
-                if len(values) != num_rows:
+                seq = cast(Sequence[float], values)
+                if len(seq) != num_rows:
                     raise ValueError(f"step columns: {self.schema.field(i).name} has "
-                                     f"{len(values)} values for {num_rows} rows")
-                col.extend(values)
+                                     f"{len(seq)} values for {num_rows} rows")
+                col.extend(seq)
         self._lengths.append(num_rows)
         self._num_rows += num_rows
 

@@ -99,9 +99,15 @@ class VllmRequest:
         bs = self.block_size
         hashes = self.block_hashes
         tokens = self.all_token_ids
-        for i in range(len(hashes), len(tokens) // bs):
-            parent = hashes[i - 1] if i else None
-            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs]))
+        start = len(hashes)
+        if start == 0 and len(tokens) >= bs:
+            hashes.append(hash_block_tokens(None, tokens[:bs]))
+            start = 1
+        parent = hashes[start - 1] if start else None
+        for i in range(start, len(tokens) // bs):
+            # hash_block_tokens(parent, block), inlined: a prompt hashes all its blocks here
+            parent = hash((parent, tuple(tokens[i * bs : (i + 1) * bs])))
+            hashes.append(parent)
 
     def __lt__(self, other: VllmRequest) -> bool:
         # mirrors vllm/v1/request.py: Request.__lt__ (priority, arrival time, then request id)

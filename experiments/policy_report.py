@@ -93,7 +93,11 @@ def best_policies(runs: pd.DataFrame) -> pd.DataFrame:
             row[name] = values[i]
             row[f"default_{name}"] = dflt[metric].iloc[0] if len(dflt) else None
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    for col in ("evictions", "default_evictions"):
+        if col in out:
+            out[col] = pd.to_numeric(out[col]).astype("Int64")
+    return out
 
 
 def _positive(values: pd.Series) -> bool:

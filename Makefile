@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # Override to fetch the CPU wheel from another index, e.g. TORCH_PIP_ARGS="--index-url URL".
 TORCH_PIP_ARGS ?=
 
-.PHONY: demo test lint bench reproduce clean
+.PHONY: demo test lint bench reproduce reproduce-victim-policies clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ reproduce: $(BIN)/.installed
 	scripts/reproduce_preemption.sh
 	scripts/reproduce_prefix_recovery.sh
 	scripts/reproduce_victim_choice.sh
+
+# The study of issue 8 (168 runs, about 9 minutes on 2 cores): results/victim_policies/.
+reproduce-victim-policies: $(BIN)/.installed
+	scripts/reproduce_victim_policies.sh
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache .mypy_cache .ruff_cache

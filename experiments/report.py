@@ -46,6 +46,7 @@ COMPARISON_METRICS: tuple[str, ...] = (
     "prefix_cache_hit_rate", "prefix_recovery_on_resume",
     "median_e2el_victim_ms", "median_e2el_nonvictim_ms", "victim_e2el_median_ratio",
     "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms", "mean_kv_utilization", "mean_batch_size",
+    "num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_time_share",
 )
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (

@@ -104,7 +104,8 @@ def test_type_errors_and_defaults_compose(hydra_conf: object) -> None:
         assert why in str(e.value.__cause__)
 
 
-@pytest.mark.parametrize("preset", ["preemption", "prefix_recovery", "victim_choice"])
+@pytest.mark.parametrize("preset", ["preemption", "prefix_recovery", "victim_choice",
+                                    "victim_policies"])
 def test_experiment_presets_compose_and_sweep_existing_keys(hydra_conf: object,
                                                             preset: str) -> None:
     cfg = compose(config_name="config", overrides=[f"experiment={preset}"],

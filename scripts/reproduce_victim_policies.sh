@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The study (issue 8): every victim policy x both preemption modes (recompute, swap to a host
+# pool as large as the device pool) x both schedulers, at three loads where evictions are
+# common, on two traces (conf/experiment/victim_policies.yaml):
+#   azure_code: Azure 2023 code trace, first 2,000 requests (prompts <= 2,048 tokens: 1,247),
+#               4,096-token KV pool, 1x / 2x / 4x the recorded load;
+#   mooncake:   Mooncake synthetic trace, first 800 requests (prompts <= 30,000 tokens),
+#               65,536-token KV pool, 0.75x / 1x / 1.5x the recorded load.
+# 2 traces x 3 loads x 7 policies x 2 modes x 2 schedulers = 168 runs (joblib, 2 workers).
+# Results: results/victim_policies/<trace>/ (tables per trace), results/victim_policies/
+# (summary tables and figures, experiments/policy_report.py). Raw runs: <trace>/runs/ (git-ignored).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-.venv/bin/python}
+out=results/victim_policies
+columns=num_preemptions,preempted_request_share,recomputed_token_share,p99_e2el_victim_ms,p99_e2el_nonvictim_ms,p99_e2el_ms,request_goodput,slo_attainment,num_swap_out,num_swap_fallbacks,swap_time_share
+export CI=${CI:-true}  # no progress bars in the workers
+"$py" - <<'PY'
+from experiments.workloads.replay import trace_path
+for f in ("azure2023/AzureLLMInferenceTrace_code.csv", "mooncake/synthetic_trace.jsonl"):
+    trace_path(None, f)  # fails with the folder to fix when a trace is missing
+PY
+start=$SECONDS
+sweep() {  # sweep TRACE TITLE [overrides...]
+    local trace=$1 title=$2
+    shift 2
+    rm -rf "$out/$trace/runs"
+    "$py" -m experiments.run -m experiment=victim_policies \
+        "hydra.sweep.dir=$out/$trace/runs" hydra.callbacks.comparison.print_table=false \
+        hydra.callbacks.comparison.figures=false "$@"
+    "$py" -m experiments.report "$out/$trace/runs" --out "$out/$trace" --no-figures \
+        --title "$title" --columns "$columns" > /dev/null
+}
+sweep azure_code "Victim policies: Azure 2023 code"
+sweep mooncake "Victim policies: Mooncake synthetic" workload=mooncake \
+    kv_capacity_tokens=65536 max_model_len=32768 workload.max_requests=800 \
+    workload.max_input_len=30000 workload.rate_scale=0.75,1,1.5
+"$py" -m experiments.policy_report "$out" azure_code mooncake
+echo "victim_policies: $((SECONDS - start)) s wall; tables and figures in $out, raw runs in $out/*/runs"

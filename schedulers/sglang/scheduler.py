@@ -253,8 +253,13 @@ class SglangScheduler:
             for r in adder.preempt_list:
                 self._add_request_to_queue(r)
             return None
-        can_run_set = set(can_run_list)
-        self.waiting_queue = [x for x in self.waiting_queue if x not in can_run_set]
+        queue = self.waiting_queue
+        n = len(can_run_list)
+        if n <= len(queue) and all(queue[i] is r for i, r in enumerate(can_run_list)):
+            del queue[:n]  # the usual case: the admitted requests are the head of the queue
+        else:
+            can_run_set = set(can_run_list)
+            self.waiting_queue = [x for x in queue if x not in can_run_set]
         for r in adder.preempt_list:
             self._add_request_to_queue(r)
         if adder.new_chunked_req is not None:

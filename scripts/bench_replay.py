@@ -8,13 +8,15 @@ For every (scheduler, trace) pair, one child process builds the workload as
 `experiments.run` does (the conf/workload/<trace>.yaml group, `max_requests` null: the whole
 trace; traces from $SCHEDBENCH_TRACE_DIR, default ../shared/data/traces), replays it on the
 sim executor (llama3_8b on h200, roofline) with a KV pool of `--kv-capacity-tokens` slots
-(default per trace, small enough that vLLM preempts often), and reports:
+(default per trace, small enough that vLLM preempts often), at the trace's load times
+RATE_SCALE and with max_model_len MAX_MODEL_LEN (both per trace, below), and reports:
 
     requests/s   simulated requests per wall second of the replay (Engine.run, tables
                  included; building the workload and importing libraries are not counted),
                  and per CPU second
     peak RSS     the child's peak resident memory (resource.getrusage ru_maxrss), MiB
     evictions    preemptions (vLLM) / retractions (SGLang) in the run
+    rejected     requests refused (a prompt the pool or the context length cannot hold)
     digest       sha256 of the request and step tables (Arrow IPC): equal digests on a rerun
                  mean the same results to the byte
 
@@ -46,6 +48,13 @@ TRACES = ("azure_conv", "mooncake")
 # Mooncake: ~15k, up to the 32k input cap).
 DEFAULT_KV_CAPACITY = {"azure_conv": 8192, "mooncake": 32768}
 SCHEDULERS = ("vllm", "sglang")
+# Load per trace (workload.rate_scale): at the recorded load Mooncake's long prompts rarely
+# overlap on a simulated H200; at 16x they queue and vLLM preempts (tens of times: outputs are
+# short next to the prompts, so decode growth seldom outruns the pool; SGLang's reservation
+# never has to retract). Azure conv at 1x is the eviction-heavy case.
+RATE_SCALE = {"azure_conv": 1.0, "mooncake": 16.0}
+# Context length per trace (max_model_len for both schedulers): every prompt the pool can hold.
+MAX_MODEL_LEN = {"azure_conv": 8192, "mooncake": 32768}
 
 
 def compose(scheduler: str, trace: str, max_requests: int | None,
@@ -60,6 +69,8 @@ def compose(scheduler: str, trace: str, max_requests: int | None,
     register_configs()
     os.environ.setdefault("SCHEDBENCH_TRACE_DIR", str(DEFAULT_TRACE_DIR))
     overrides = [f"scheduler={scheduler}", f"workload={trace}", "executor=sim",
+                 f"workload.rate_scale={RATE_SCALE.get(trace, 1.0)}",
+                 f"max_model_len={MAX_MODEL_LEN.get(trace, 'null')}",
                  f"workload.max_requests={'null' if max_requests is None else max_requests}",
                  f"kv_capacity_tokens={kv_capacity_tokens}", "progress=off"]
     GlobalHydra.instance().clear()
@@ -95,7 +106,9 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
 
     cfg = compose(scheduler, trace, max_requests, kv_capacity_tokens)
     requests = build_workload(as_dict(cfg.workload), int(cfg.seed))
-    sched = build_scheduler(cfg.scheduler, kv_capacity_tokens)
+    max_len = cfg.get("max_model_len")
+    sched = build_scheduler(cfg.scheduler, kv_capacity_tokens,
+                            int(max_len) if max_len is not None else None)
     executor = build_executor(cfg.executor, build_model(cfg.model), build_hardware(cfg.hardware),
                               num_slots=kv_capacity_tokens + sched.page_size)
     # Arrow loads its pandas shim on first use (~0.4 s): once per process, not replay work.
@@ -115,6 +128,8 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
         "requests": n,
         "steps": result.num_steps,
         "evictions": int(sum(preempt)),
+        "rejected": sum(1 for r in result.requests.column("finish_reason").to_pylist()
+                        if r.startswith("rejected")),
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "req_per_wall_s": round(n / wall, 1),
@@ -177,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     rows: list[dict[str, Any]] = []
-    print(f"{'trace':<11} {'scheduler':<7} {'requests':>8} {'steps':>8} {'evict':>7} "
+    print(f"{'trace':<11} {'scheduler':<7} {'requests':>8} {'steps':>8} {'evict':>7} {'rej':>5} "
           f"{'req/wall s':>10} {'req/cpu s':>10} {'peak MiB':>9}  same")
     for trace in traces:
         for sched in scheds:
@@ -190,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             row["same_digest"] = len({r["digest"] for r in runs}) == 1
             rows.append(row)
             print(f"{trace:<11} {sched:<7} {row['requests']:>8} {row['steps']:>8} "
-                  f"{row['evictions']:>7} {row['req_per_wall_s']:>10.0f} "
+                  f"{row['evictions']:>7} {row['rejected']:>5} {row['req_per_wall_s']:>10.0f} "
                   f"{row['req_per_cpu_s']:>10.0f} {row['peak_rss_mib']:>9.1f}  "
                   f"{'yes' if row['same_digest'] else 'NO'}", flush=True)
     if args.json:

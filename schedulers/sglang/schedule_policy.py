@@ -93,7 +93,9 @@ class SchedulePolicy:
         if not refresh:
             return
         for r in reversed(waiting_queue[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-            self.tree_cache.touch_prefix(r.origin_input_ids + r.output_ids)
+            # (origin + output ids; without outputs, no need to copy a long prompt)
+            self.tree_cache.touch_prefix(r.origin_input_ids + r.output_ids if r.output_ids
+                                         else r.origin_input_ids)
 
     def _compute_prefix_matches(self, waiting_queue: list[Req]) -> set[str]:
         # mirrors schedule_policy.py: SchedulePolicy._compute_prefix_matches

@@ -2,10 +2,10 @@
 # The study (issue 8): every victim policy x both preemption modes (recompute, swap to a host
 # pool as large as the device pool) x both schedulers, at three loads where evictions are
 # common, on two traces (conf/experiment/victim_policies.yaml):
-#   azure_code: Azure 2023 code trace, first 2,000 requests (prompts <= 2,048 tokens: 1,247),
-#               4,096-token KV pool, 1x / 2x / 4x the recorded load;
-#   mooncake:   Mooncake synthetic trace, first 800 requests (prompts <= 30,000 tokens),
-#               65,536-token KV pool, 0.75x / 1x / 1.5x the recorded load.
+#   azure_code: Azure 2023 code trace, first 6,000 requests (prompts <= 512 tokens: 1,394),
+#               outputs clipped at 512 tokens, 1,024-token KV pool, 8x / 16x / 32x the recorded load;
+#   mooncake:   Mooncake synthetic trace, first 3,000 requests (prompts <= 4,096 tokens: 1,383),
+#               8,192-token KV pool, 4x / 5x / 6x the recorded load.
 # 2 traces x 3 loads x 7 policies x 2 modes x 2 schedulers = 168 runs (joblib, 2 workers).
 # Results: results/victim_policies/<trace>/ (tables per trace), results/victim_policies/
 # (summary tables and figures, experiments/policy_report.py). Raw runs: <trace>/runs/ (git-ignored).
@@ -33,7 +33,7 @@ sweep() {  # sweep TRACE TITLE [overrides...]
 }
 sweep azure_code "Victim policies: Azure 2023 code"
 sweep mooncake "Victim policies: Mooncake synthetic" workload=mooncake \
-    kv_capacity_tokens=65536 max_model_len=32768 workload.max_requests=800 \
-    workload.max_input_len=30000 workload.rate_scale=0.75,1,1.5
+    kv_capacity_tokens=8192 max_model_len=8192 workload.max_requests=3000 \
+    workload.max_input_len=4096 workload.max_tokens=null workload.rate_scale=4,5,6
 "$py" -m experiments.policy_report "$out" azure_code mooncake
 echo "victim_policies: $((SECONDS - start)) s wall; tables and figures in $out, raw runs in $out/*/runs"

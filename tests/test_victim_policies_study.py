@@ -46,7 +46,7 @@ def test_tiny_victim_policy_study_runs_end_to_end(tmp_path: Path) -> None:
             for r in rows} == {(s, m, p) for s in ("vllm", "sglang")
                                for m in ("recompute", "swap") for p in ("default", "most_kv")}
     done = {int(r["completed"]) for r in rows}
-    assert len(done) == 1 and 0 < done.pop() <= 20  # prompts over 2,048 tokens are dropped
+    assert len(done) == 1 and 0 < done.pop() <= 20  # prompts over 512 tokens are dropped
     assert all(int(r["num_swap_out"]) == 0 for r in rows
                if r["scheduler.preemption_mode"] == "recompute")
     head = (out / "azure_code" / "headline.md").read_text()

@@ -141,9 +141,31 @@ class Engine:
                 f"engine: {self.scheduler.name} broke an invariant after step "
                 f"{self.recorder.num_steps} at t={clock:.6f}s: {type(e).__name__}: {e}") from e
 
-    def _decode_run(self, clock: float, next_arrival: float) -> float | None:
-        """Commit the steady decode steps that start before `next_arrival`; the clock after
-        them, or None when there are none."""
+    def _admit(self, i: int, clock: float) -> bool:
+        """Request `i` arrives at `clock`: the front door, then the scheduler. Returns whether
+        the scheduler accepted it."""
+        req = self.requests[i]
+        self.executor.register(req)
+        door, rec = self.door, self.recorder
+        refusal = door.refusal(req) if door is not None else None
+        if refusal is not None:
+            rec.on_overload(i, refusal, clock)
+            return False
+        reason = self.scheduler.add_request(req)
+        if reason is not None:
+            rec.on_reject(i, reason, clock)
+            return False
+        rec.on_admit(i)
+        if door is not None:
+            door.enqueue(req)
+        return True
+
+    def _decode_run(self, clock: float, nxt: int) -> tuple[float, int] | None:
+        """Commit the steady decode steps ahead (DESIGN.md, "Decode runs"), admitting the
+        arrivals due at their step boundaries when the scheduler says they change nothing
+        before the run ends (`arrivals_keep_decode_run`), else stopping before them. Returns
+        the clock after the run and the next request to arrive, or None when there is no run.
+        """
         sched: Any = self.scheduler
         executor: Any = self.executor
         limit = _MAX_RUN_STEPS
@@ -153,12 +175,22 @@ class Engine:
         if run is None:
             return None
         k = executor.decode_run_limit(run)
+        reqs, n = self.requests, len(self.requests)
+        keeps = getattr(sched, "arrivals_keep_decode_run", None)
+        through_arrivals = keeps is not None and keeps()
+        due: list[tuple[int, float, int]] = []  # (request, admitted at clock, before step)
         batch = len(run.seq_lens)
         total = sum(run.seq_lens)
         step_seconds = executor.decode_step_seconds
         starts: list[float] = []
         ends: list[float] = []
-        while len(starts) < k and clock < next_arrival:
+        while len(starts) < k:
+            if nxt < n and reqs[nxt].arrival_time <= clock:
+                if not through_arrivals:
+                    break
+                while nxt < n and reqs[nxt].arrival_time <= clock:
+                    due.append((nxt, clock, len(starts)))
+                    nxt += 1
             starts.append(clock)
             clock += step_seconds(batch, total)
             ends.append(clock)
@@ -167,12 +199,23 @@ class Engine:
             return None
         tokens = executor.decode_run_tokens(run, len(starts))
         stats = sched.commit_decode_run(run, tokens)
+        # The arrivals change no decision of the run, and the run nothing they see (no first
+        # token, finishes only at its end): admitting them now is admitting them on time; the
+        # ones the scheduler queues count as waiting from their step on.
+        if due:
+            waiting = [stats.num_waiting] * len(starts) if isinstance(stats.num_waiting, int) \
+                else list(stats.num_waiting)
+            for i, at, j in due:
+                if self._admit(i, at):
+                    for step in range(j, len(starts)):
+                        waiting[step] += 1
+            stats.num_waiting = waiting
         self.recorder.on_decode_run(run, starts, ends, stats)
         if stats.finished and self.door is not None:
             self.door.on_step(StepPlan(step=-1, page_size=1),
                               StepEvents(finished=stats.finished))
         self.num_decode_run_steps += len(starts)
-        return clock
+        return clock, nxt
 
     def run(self) -> EngineResult:
         """Replay every request to completion and return the records."""
@@ -189,20 +232,7 @@ class Engine:
         use_runs = self.decode_runs and self.check is None
         while True:
             while nxt < n and reqs[nxt].arrival_time <= clock:
-                req = reqs[nxt]
-                executor.register(req)
-                refusal = door.refusal(req) if door is not None else None
-                if refusal is not None:
-                    rec.on_overload(nxt, refusal, clock)
-                    nxt += 1
-                    continue
-                reason = sched.add_request(req)
-                if reason is None:
-                    rec.on_admit(nxt)
-                    if door is not None:
-                        door.enqueue(req)
-                else:
-                    rec.on_reject(nxt, reason, clock)
+                self._admit(nxt, clock)
                 nxt += 1
             if not sched.has_unfinished():
                 if nxt >= n:
@@ -215,9 +245,9 @@ class Engine:
                     f"engine: max_steps={self.max_steps} reached at t={clock:.6f}s with "
                     f"{len(live)} request(s) unfinished: {_format_ids(live)}")
             if use_runs:
-                after = self._decode_run(clock, reqs[nxt].arrival_time if nxt < n else math.inf)
+                after = self._decode_run(clock, nxt)
                 if after is not None:
-                    clock = after
+                    clock, nxt = after
                     stall = 0
                     continue
             plan = sched.schedule()

@@ -107,7 +107,7 @@ STEP_SCHEMA = pa.schema([
 
 # The step fields that vary within a decode run (the others are constant over it).
 STEP_FIELDS_PER_STEP = ("step", "start_time", "duration_s", "num_finished", "kv_used_tokens",
-                        "kv_cached_tokens", "num_running")
+                        "kv_cached_tokens", "num_running", "num_waiting")
 
 FINISH_REASONS = ("stop", "length", "abort", "rejected", OVERLOADED)
 

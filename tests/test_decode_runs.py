@@ -11,6 +11,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engines.admission import AdmissionLimits
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
@@ -72,8 +73,9 @@ def same(a: pa.Table, b: pa.Table) -> bool:
 def run(kind: str, capacity: int, page: int, policy: str, knob: int, spec: Spec,
         decode_runs: bool) -> tuple[pa.Table, pa.Table, Engine]:
     sched = build(kind, capacity, page, policy, knob)
+    limits = AdmissionLimits(max_num_queued_reqs=3 + knob % 4) if knob % 6 == 5 else None
     engine = Engine(sched, SimExecutor(TINY, HW, step_overhead_s=0.001), make_requests(spec),
-                    decode_runs=decode_runs)
+                    decode_runs=decode_runs, admission=limits)
     result = engine.run()
     return result.requests, result.steps, engine
 
@@ -108,6 +110,21 @@ def test_runs_cover_most_steps_of_a_long_decode() -> None:
         reqs_b, steps_b, engine = run(kind, 2048, 16, "fcfs", 0, spec, decode_runs=True)
         assert same(reqs_a, reqs_b) and same(steps_a, steps_b)
         assert engine.num_decode_run_steps > 0.8 * steps_b.num_rows, kind
+
+
+def test_runs_go_through_arrivals_that_change_nothing() -> None:
+    """Arrivals behind a blocked queue head (vLLM fcfs) or while the batch is full (SGLang)
+    are admitted at their step boundaries inside a run: same records, and runs still cover
+    most steps."""
+    spec: Spec = [(0.0, 100, 300, 300, True, 0, i) for i in range(6)]
+    spec += [(0.05 + 0.01 * i, 100, 20, 20, False, 0, 3) for i in range(30)]
+    for kind in ("vllm", "sglang"):
+        reqs_a, steps_a, _ = run(kind, 1024, 16, "fcfs", 0, spec, decode_runs=False)
+        reqs_b, steps_b, engine = run(kind, 1024, 16, "fcfs", 0, spec, decode_runs=True)
+        assert same(reqs_a, reqs_b) and same(steps_a, steps_b), kind
+        assert engine.num_decode_run_steps > 0.7 * steps_b.num_rows, kind
+        waiting = steps_b.column("num_waiting").to_pylist()
+        assert max(waiting) > 5, kind  # the arrivals did queue during the runs
 
 
 def test_decode_runs_stop_at_arrivals_and_eos() -> None:

@@ -389,6 +389,11 @@ class SglangScheduler:
                            "had sample=True") from None
 
     # ------------------------------------------------------------------ decode runs
+    def arrivals_keep_decode_run(self) -> bool:
+        """Whether a request arriving now would change no decision of a decode run: with
+        `batch_is_full` (and no priority preemption) prefill is skipped whatever waits."""
+        return self.running_batch.batch_is_full and not self.enable_priority_preemption
+
     def decode_run(self, limit: int) -> DecodeRun | None:
         """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
 

@@ -114,7 +114,7 @@ class VllmScheduler:
             )
         req = VllmRequest(request, self.block_size)
         self.requests[req.request_id] = req
-        if not (self.policy == "fcfs" and self.waiting):
+        if not self.arrivals_keep_decode_run():
             self._steady = False  # it may become the head (behind a blocked head it waits)
         self.waiting.add_request(req)
         return None
@@ -384,6 +384,11 @@ class VllmScheduler:
         return events
 
     # ------------------------------------------------------------------ decode runs
+    def arrivals_keep_decode_run(self) -> bool:
+        """Whether a request arriving now would change no decision of a decode run: under
+        fcfs it queues behind the waiting head, which admission stops at."""
+        return self.policy == "fcfs" and bool(self.waiting)
+
     def decode_run(self, limit: int) -> DecodeRun | None:
         """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
 

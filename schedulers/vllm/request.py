@@ -55,9 +55,8 @@ class VllmRequest:
     def __init__(self, request: Request, block_size: int) -> None:
         self.request = request
         self.request_id = request.request_id
-        self.all_token_ids: list[int] = list(request.prompt_token_ids) + list(
-            request.output_token_ids
-        )
+        self.all_token_ids: list[int] = list(request.prompt_token_ids)
+        self.all_token_ids.extend(request.output_token_ids)
         self.num_prompt_tokens = len(request.prompt_token_ids)
         self.max_tokens = request.max_tokens
         self.arrival_time = request.arrival_time

@@ -16,18 +16,19 @@ the next arrival, or, when none is due, raises `DeadlockError` naming the stuck 
 scheduler gets two more tries first: SGLang legitimately idles for one step after its last
 running request finishes, and a plan that only preempts makes room for the next). Every
 `schedule()` is paired with an `update_from_output()`, as upstream vLLM does. The loop is
-O(chunks) per step; the records are turned into tables once, at the end.
+O(chunks) per step; memory holds only live requests (see `engines.records`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from engines.arrivals import ArrivalQueue
 from engines.executors.base import Executor
 from engines.records import Recorder
 from schedulers.contract import Request, Scheduler, StepResult
@@ -61,13 +62,34 @@ SchedulerCheck = Callable[[Scheduler], None]
 
 @dataclass(slots=True)
 class EngineResult:
-    """What one run produced: the record tables (see `engines.records`) and the clock span."""
+    """What one run produced: the records (see `engines.records`) and the clock span.
 
-    requests: pa.Table
-    steps: pa.Table
+    `requests` / `steps` are the tables; with a spooled recorder they are read back from its
+    files on each access (all rows in memory: use `requests_path` / `steps_path` to stream).
+    """
+
+    recorder: Recorder
     start_time: float
     end_time: float
     num_steps: int
+
+    @property
+    def requests(self) -> pa.Table:
+        return self.recorder.requests_table()
+
+    @property
+    def steps(self) -> pa.Table:
+        return self.recorder.steps_table()
+
+    @property
+    def requests_path(self) -> Path:
+        """The requests parquet file of a spooled recorder."""
+        return self.recorder.spool_paths[0]
+
+    @property
+    def steps_path(self) -> Path:
+        """The steps parquet file of a spooled recorder."""
+        return self.recorder.spool_paths[1]
 
     @property
     def duration_s(self) -> float:
@@ -87,7 +109,12 @@ def _format_ids(ids: list[str]) -> str:
 
 
 class Engine:
-    """Drives one scheduler and one executor over a list of requests on a virtual clock."""
+    """Drives one scheduler and one executor over requests on a virtual clock.
+
+    `requests`: a list (sorted here by arrival time) or any iterable already in arrival
+    order, pulled only as the clock reaches each request (`engines.arrivals`). Requests that
+    have ended are released from the recorder and the executor between steps.
+    """
 
     def __init__(self, scheduler: Scheduler, executor: Executor, requests: Iterable[Request],
                  recorder: Recorder | None = None, max_steps: int | None = None,
@@ -97,19 +124,8 @@ class Engine:
         self.executor = executor
         self.recorder = recorder if recorder is not None else Recorder()
         self.max_steps = max_steps
-        reqs = list(requests)
-        for r in reqs:
-            if not math.isfinite(r.arrival_time):
-                raise ValueError(
-                    f"engine: request {r.request_id!r} has arrival_time={r.arrival_time!r}")
-            if r.output_token_ids:
-                raise ValueError(
-                    f"engine: request {r.request_id!r} already has "
-                    f"{len(r.output_token_ids)} output tokens (requests are consumed by a run; "
-                    "build fresh ones)")
-        # Stable: equal arrival times keep the given order.
-        self.requests = sorted(reqs, key=lambda r: r.arrival_time)
-        self.recorder.start(self.requests)
+        self.arrivals = ArrivalQueue(requests)
+        self.recorder.start(self.arrivals.total)
         self.clock = 0.0
         self._ran = False
 
@@ -128,26 +144,29 @@ class Engine:
             raise RuntimeError("engine: run() was already called; build a new Engine")
         self._ran = True
         sched, executor, rec = self.scheduler, self.executor, self.recorder
-        reqs = self.requests
-        n = len(reqs)
-        nxt = 0
+        arrivals = self.arrivals
+        release = getattr(executor, "release", None)
         stall = 0
         clock = self.clock
-        start_time = reqs[0].arrival_time if reqs else 0.0
+        start_time = arrivals.peek_time() if arrivals.pending() else 0.0
         while True:
-            while nxt < n and reqs[nxt].arrival_time <= clock:
-                req = reqs[nxt]
+            for rid in rec.release_ended():
+                if release is not None:
+                    release(rid)
+            while arrivals.peek_time() <= clock:
+                req = arrivals.pop()
+                i = rec.on_arrival(req)
                 executor.register(req)
                 reason = sched.add_request(req)
                 if reason is None:
-                    rec.on_admit(nxt)
+                    rec.on_admit(i)
                 else:
-                    rec.on_reject(nxt, reason, clock)
-                nxt += 1
+                    rec.on_reject(i, reason, clock)
+                del req
             if not sched.has_unfinished():
-                if nxt >= n:
+                if not arrivals.pending():
                     break
-                clock = max(clock, reqs[nxt].arrival_time)
+                clock = max(clock, arrivals.peek_time())
                 continue
             if self.max_steps is not None and rec.num_steps >= self.max_steps:
                 live = rec.live_ids()
@@ -169,8 +188,8 @@ class Engine:
             stall += 1
             if stall < _MAX_EMPTY_PLANS:
                 continue
-            if nxt < n:
-                clock = max(clock, reqs[nxt].arrival_time)
+            if arrivals.pending():
+                clock = max(clock, arrivals.peek_time())
                 stall = 0
                 continue
             live = rec.live_ids()
@@ -186,9 +205,12 @@ class Engine:
         self.clock = clock
         if self.check is not None:
             self._run_check(clock)
+        for rid in rec.release_ended():
+            if release is not None:
+                release(rid)
+        rec.finish()
         return EngineResult(
-            requests=rec.requests_table(),
-            steps=rec.steps_table(),
+            recorder=rec,
             start_time=start_time,
             end_time=max(clock, start_time),
             num_steps=rec.num_steps,

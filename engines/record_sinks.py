@@ -8,6 +8,7 @@ a replay holds only the batch being filled. The file is written under the name i
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -75,10 +76,8 @@ class ParquetSink:
     def discard(self) -> None:
         """Close and delete the file (a run that failed leaves nothing behind)."""
         if self._writer is not None and not self._closed:
-            try:
+            with contextlib.suppress(Exception):
                 self._writer.close()
-            except Exception:  # noqa: BLE001 - the file goes anyway
-                pass
         self._closed = True
         if self.path.exists():
             os.unlink(self.path)

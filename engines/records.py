@@ -42,7 +42,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from engines.record_sinks import MemorySink, ParquetSink
-
 from schedulers.contract import Request, SchedulerStats, StepEvents, StepPlan, StepResult
 
 NAN = math.nan

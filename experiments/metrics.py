@@ -10,29 +10,37 @@ recomputed prefill, prefix-cache hits, recovery on resume (tokens found cached a
 readmission, capped at what the victim had computed when preempted, over all it had
 computed), victims' latency against the others', restarts per request, KV utilisation and
 batch size over the busy time.
+Everything is computed from record sources read in batches (`summarize`;
+`compute_metrics_from_files` for a run's parquet files): memory holds the scalar request
+columns and one batch of token times or steps, never all token times or all steps.
 `step_series` gives KV use and batch size over time for figures.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from experiments.quantiles import stats_ms
+from experiments.record_source import RecordSource
+
 PERCENTILES = (90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
-def _f64(table: pa.Table, name: str) -> np.ndarray:
+def _f64(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.float64)
 
 
-def _i64(table: pa.Table, name: str) -> np.ndarray:
+def _i64(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
 
@@ -53,9 +61,11 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den else math.nan
 
 
-def _flat_lists(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _flat_lists(table: pa.Table | pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
     """Values of a list column and, for each value, the row it belongs to."""
-    col = table.column(name).combine_chunks() if table.num_rows else None
+    col = table.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if table.num_rows else None
     if col is None or len(col) == 0:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
     values = np.asarray(pc.list_flatten(col).to_numpy(), dtype=np.float64)
@@ -63,13 +73,25 @@ def _flat_lists(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return values, parents
 
 
-def itl_seconds(requests: pa.Table) -> np.ndarray:
+def itl_seconds(requests: pa.Table | pa.RecordBatch) -> np.ndarray:
     """Every inter-token gap within a request, over all rows of `requests`."""
     times, parents = _flat_lists(requests, "token_times")
     if times.size < 2:
         return np.zeros(0)
     same = parents[1:] == parents[:-1]
     return np.diff(times)[same]
+
+
+def _done_mask(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    reason = np.asarray(batch.column("finish_reason").to_pylist(), dtype=object)
+    return np.asarray((reason == "stop") | (reason == "length"), dtype=bool)
+
+
+# Scalar request columns the summary reads whole (O(requests) memory); list columns are read
+# batch by batch.
+_SCALARS = ("finish_reason", "arrival_time", "finish_time", "first_token_time", "prompt_len",
+            "output_len", "num_preemptions", "victim", "num_computed_tokens",
+            "num_recomputed_tokens")
 
 
 def compute_metrics(requests: pa.Table, steps: pa.Table,
@@ -83,25 +105,46 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     (per second), and is None without targets. With `kv_capacity_tokens`, KV use is also
     reported as a fraction of it.
     """
+    return summarize(RecordSource.of(requests), RecordSource.of(steps), slo_ms=slo_ms,
+                     kv_capacity_tokens=kv_capacity_tokens)
+
+
+def compute_metrics_from_files(requests_path: str | Path, steps_path: str | Path,
+                               slo_ms: Mapping[str, float] | None = None,
+                               kv_capacity_tokens: int | None = None) -> dict[str, Any]:
+    """`compute_metrics` of a run's parquet files, read in batches (bounded memory: the
+    scalar request columns, one batch of list values and of steps at a time)."""
+    return summarize(RecordSource.of(Path(requests_path)), RecordSource.of(Path(steps_path)),
+                     slo_ms=slo_ms, kv_capacity_tokens=kv_capacity_tokens)
+
+
+def summarize(requests: RecordSource, steps: RecordSource,
+              slo_ms: Mapping[str, float] | None = None,
+              kv_capacity_tokens: int | None = None) -> dict[str, Any]:
+    """`compute_metrics` over record sources (tables or files; see `compute_metrics`).
+
+    Row order does not matter. ITL statistics are exact (`experiments.quantiles`), but for
+    the last bits of the mean and standard deviation, which are summed batch by batch."""
     if slo_ms:
         unknown = sorted(set(slo_ms) - set(SLO_KEYS))
         if unknown:
             raise ValueError(f"slo: unknown key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(SLO_KEYS)}")
-    n_all = requests.num_rows
-    reason = np.asarray(requests.column("finish_reason").to_pylist(), dtype=object)
+    table = requests.read(_SCALARS)
+    n_all = table.num_rows
+    reason = np.asarray(table.column("finish_reason").to_pylist(), dtype=object)
     done = (reason == "stop") | (reason == "length")
     rejected = reason == "rejected"
     aborted = reason == "abort"
     accepted = ~rejected
 
-    arrival = _f64(requests, "arrival_time")
-    finish = _f64(requests, "finish_time")
-    first_tok = _f64(requests, "first_token_time")
-    prompt_len = _i64(requests, "prompt_len")
-    output_len = _i64(requests, "output_len")
-    npre = _i64(requests, "num_preemptions")
-    victim = np.asarray(requests.column("victim").to_numpy(zero_copy_only=False), dtype=bool)
+    arrival = _f64(table, "arrival_time")
+    finish = _f64(table, "finish_time")
+    first_tok = _f64(table, "first_token_time")
+    prompt_len = _i64(table, "prompt_len")
+    output_len = _i64(table, "output_len")
+    npre = _i64(table, "num_preemptions")
+    victim = np.asarray(table.column("victim").to_numpy(zero_copy_only=False), dtype=bool)
 
     start = float(arrival.min()) if n_all else 0.0
     finished_times = finish[~np.isnan(finish)]
@@ -113,7 +156,12 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     olen = output_len[done]
     multi = olen > 1
     tpot = (e2el[multi] - ttft[multi]) / (olen[multi] - 1)
-    itl = itl_seconds(requests.filter(pa.array(done)))
+
+    def itl_chunks() -> Iterator[np.ndarray]:
+        for b in requests.batches(("finish_reason", "token_times")):
+            mask = _done_mask(b)
+            if mask.any():
+                yield itl_seconds(b.filter(pa.array(mask)))
 
     total_input = int(prompt_len[done].sum())
     total_output = int(olen.sum())
@@ -141,8 +189,10 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
         good = _ratio(int(ok.sum()), duration)
     out["request_goodput"] = good
     out["max_output_tokens_per_s"] = _max_tokens_per_second(requests, start)
-    for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
+    for name, x in (("ttft", ttft), ("tpot", tpot)):
         out.update(_stats_ms(name, x))
+    out.update(stats_ms("itl", itl_chunks, PERCENTILES))
+    out.update(_stats_ms("e2el", e2el))
 
     # --- ours: request outcomes ---
     out["num_requests"] = n_all
@@ -169,71 +219,122 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     out["restarts_histogram"] = {str(k): int(c) for k, c in enumerate(restarts) if c}
     out["max_restarts_per_request"] = int(npre.max()) if n_all else 0
     # --- compute, recompute and the prefix cache ---
-    prefill = int(_i64(steps, "num_prefill_tokens").sum()) if steps.num_rows else 0
-    decode = int(_i64(steps, "num_decode_tokens").sum()) if steps.num_rows else 0
-    recomputed = int(_i64(requests, "num_recomputed_tokens").sum())
-    out["num_steps"] = steps.num_rows
-    out["computed_tokens"] = int(_i64(requests, "num_computed_tokens").sum())
+    recomputed = int(_i64(table, "num_recomputed_tokens").sum())
+    occ = _step_totals(steps, kv_capacity_tokens)
+    prefill, decode = occ.pop("_prefill"), occ.pop("_decode")
+    out["num_steps"] = occ.pop("_num_steps")
+    out["computed_tokens"] = int(_i64(table, "num_computed_tokens").sum())
     out["prefill_tokens"] = prefill
     out["decode_tokens"] = decode
     out["recomputed_tokens"] = recomputed
     out["recomputed_token_share"] = _ratio(recomputed, prefill)
-    hits, hit_rows = _flat_lists(requests, "prefix_hit_tokens")
-    first_hit = np.ones(hits.size, dtype=bool)
-    first_hit[1:] = hit_rows[1:] != hit_rows[:-1]
-    out["prefix_cache_hit_tokens"] = int(hits.sum())
-    admitted_prompt = int(prompt_len[np.unique(hit_rows)].sum()) if hit_rows.size else 0
-    out["prefix_cache_hit_rate"] = _ratio(float(hits[first_hit].sum()), admitted_prompt)
-    at_pre, _ = _flat_lists(requests, "computed_at_preemption")
-    resume_hits = float(hits[~first_hit].sum())
-    out["prefix_cache_hit_tokens_on_resume"] = int(resume_hits)
-    out["computed_tokens_at_preemption"] = int(at_pre.sum())
-    out["prefix_recovery_on_resume"] = _ratio(_recovered(requests), float(at_pre.sum()))
-    out.update(_occupancy(steps, kv_capacity_tokens))
+    cache = _prefix_cache_totals(requests)
+    out["prefix_cache_hit_tokens"] = cache.hit_tokens
+    out["prefix_cache_hit_rate"] = _ratio(float(cache.first_hit_tokens), cache.admitted_prompt)
+    out["prefix_cache_hit_tokens_on_resume"] = cache.hit_tokens - cache.first_hit_tokens
+    out["computed_tokens_at_preemption"] = cache.computed_at_preemption
+    out["prefix_recovery_on_resume"] = _ratio(float(cache.recovered),
+                                              float(cache.computed_at_preemption))
+    out.update(occ)
     return out
 
 
-def _recovered(requests: pa.Table) -> float:
+@dataclass(slots=True)
+class _CacheTotals:
+    hit_tokens: int = 0  # prefix-cache hits over all admissions
+    first_hit_tokens: int = 0  # hits at each request's first admission
+    admitted_prompt: int = 0  # prompt tokens of the requests ever admitted
+    computed_at_preemption: int = 0
+    recovered: int = 0  # see `_recovered`
+
+
+def _prefix_cache_totals(requests: RecordSource) -> _CacheTotals:
+    """Prefix-cache and recovery totals, one batch of list columns at a time."""
+    tot = _CacheTotals()
+    cols = ("num_preemptions", "prompt_len", "prefix_hit_tokens", "computed_at_preemption")
+    for b in requests.batches(cols):
+        hits_col = b.column("prefix_hit_tokens")
+        offsets = np.asarray(hits_col.offsets.to_numpy(), dtype=np.int64)
+        hits = np.asarray(pc.list_flatten(hits_col).to_numpy(), dtype=np.int64)
+        lens = np.diff(offsets)
+        admitted = lens > 0
+        tot.hit_tokens += int(hits.sum())
+        tot.first_hit_tokens += int(hits[offsets[:-1][admitted] - offsets[0]].sum())
+        tot.admitted_prompt += int(_i64(b, "prompt_len")[admitted].sum())
+        at_pre = pc.list_flatten(b.column("computed_at_preemption")).to_numpy()
+        tot.computed_at_preemption += int(np.asarray(at_pre, dtype=np.int64).sum())
+        tot.recovered += _recovered(b)
+    return tot
+
+
+def _recovered(requests: pa.RecordBatch) -> int:
     """Tokens found cached at each readmission, each capped at what the victim had computed
     when that preemption happened (a shared prefix can return more than it lost)."""
     npre = _i64(requests, "num_preemptions")
     rows = np.flatnonzero(npre > 0)
     if rows.size == 0:
-        return 0.0
+        return 0
     sub = requests.take(pa.array(rows))
     total = 0
     for hits, lost in zip(sub.column("prefix_hit_tokens").to_pylist(),
                           sub.column("computed_at_preemption").to_pylist(), strict=True):
         total += sum(min(h, c) for h, c in zip(hits[1:], lost, strict=False))
-    return float(total)
+    return total
 
 
-def _occupancy(steps: pa.Table, capacity: int | None) -> dict[str, Any]:
+_STEP_COLUMNS = ("num_prefill_tokens", "num_decode_tokens", "kv_used_tokens",
+                 "num_scheduled_reqs", "duration_s", "num_running")
+
+
+def _step_totals(steps: RecordSource, capacity: int | None) -> dict[str, Any]:
+    """Prefill and decode totals, step count, and `_occupancy`, one batch at a time."""
+    n = prefill = decode = 0
+    kv_max = run_max = batch_max = 0
+    busy = kv_dur = batch_dur = kv_sum = batch_sum = 0.0
+    for b in steps.batches(_STEP_COLUMNS):
+        if not b.num_rows:
+            continue
+        n += b.num_rows
+        prefill += int(_i64(b, "num_prefill_tokens").sum())
+        decode += int(_i64(b, "num_decode_tokens").sum())
+        kv = _f64(b, "kv_used_tokens")
+        batch = _f64(b, "num_scheduled_reqs")
+        dur = _f64(b, "duration_s")
+        busy += float(dur.sum())
+        kv_dur += float((kv * dur).sum())
+        batch_dur += float((batch * dur).sum())
+        kv_sum += float(kv.sum())
+        batch_sum += float(batch.sum())
+        kv_max = max(kv_max, int(kv.max()))
+        batch_max = max(batch_max, int(batch.max()))
+        run_max = max(run_max, int(_i64(b, "num_running").max()))
+    out: dict[str, Any] = {"_prefill": prefill, "_decode": decode, "_num_steps": n}
+    out.update(_occupancy(n, kv_max, run_max, batch_max, busy, kv_dur, batch_dur, kv_sum,
+                          batch_sum, capacity))
+    return out
+
+
+def _occupancy(n: int, kv_max: int, run_max: int, batch_max: int, busy: float,
+               kv_dur: float, batch_dur: float, kv_sum: float, batch_sum: float,
+               capacity: int | None) -> dict[str, Any]:
     """KV slots and batch size: peaks, and means weighted by step duration (busy time)."""
     out: dict[str, Any] = {}
-    if not steps.num_rows:
+    if not n:
         out["max_kv_used_tokens"] = out["max_running_requests"] = 0
         out["mean_scheduled_reqs_per_step"] = out["mean_batch_size"] = 0.0
         out["max_batch_size"] = 0
         out["mean_kv_used_tokens"] = 0.0
         out["mean_kv_utilization"] = out["max_kv_utilization"] = 0.0 if capacity else None
         return out
-    kv = _f64(steps, "kv_used_tokens")
-    batch = _f64(steps, "num_scheduled_reqs")
-    dur = _f64(steps, "duration_s")
-    busy = float(dur.sum())
-
-    def tmean(x: np.ndarray) -> float:
-        return float((x * dur).sum() / busy) if busy > 0 else float(x.mean())
-
-    out["max_kv_used_tokens"] = int(kv.max())
-    out["mean_kv_used_tokens"] = tmean(kv)
-    out["max_running_requests"] = int(_i64(steps, "num_running").max())
-    out["mean_scheduled_reqs_per_step"] = float(batch.mean())
-    out["mean_batch_size"] = tmean(batch)
-    out["max_batch_size"] = int(batch.max())
-    out["mean_kv_utilization"] = _ratio(tmean(kv), capacity) if capacity else None
-    out["max_kv_utilization"] = _ratio(float(kv.max()), capacity) if capacity else None
+    kv_mean = kv_dur / busy if busy > 0 else kv_sum / n
+    out["max_kv_used_tokens"] = kv_max
+    out["mean_kv_used_tokens"] = kv_mean
+    out["max_running_requests"] = run_max
+    out["mean_scheduled_reqs_per_step"] = batch_sum / n
+    out["mean_batch_size"] = batch_dur / busy if busy > 0 else batch_sum / n
+    out["max_batch_size"] = batch_max
+    out["mean_kv_utilization"] = _ratio(kv_mean, capacity) if capacity else None
+    out["max_kv_utilization"] = _ratio(float(kv_max), capacity) if capacity else None
     return out
 
 
@@ -258,10 +359,15 @@ def step_series(steps: pa.Table, max_points: int = 2000) -> dict[str, np.ndarray
     return out
 
 
-def _max_tokens_per_second(requests: pa.Table, start: float) -> float:
+def _max_tokens_per_second(requests: RecordSource, start: float) -> float:
     """The most output tokens produced in any one-second window [start + k, start + k + 1)."""
-    times, _ = _flat_lists(requests, "token_times")
-    if times.size == 0:
-        return 0.0
-    bins = np.floor(times - start).astype(np.int64)
-    return float(np.bincount(bins - bins.min()).max())
+    counts: dict[int, int] = {}
+    for b in requests.batches(("token_times",)):
+        times = np.asarray(pc.list_flatten(b.column("token_times")).to_numpy(),
+                           dtype=np.float64)
+        if times.size == 0:
+            continue
+        bins, n = np.unique(np.floor(times - start).astype(np.int64), return_counts=True)
+        for k, c in zip(bins.tolist(), n.tolist(), strict=True):
+            counts[k] = counts.get(k, 0) + c
+    return float(max(counts.values())) if counts else 0.0

@@ -14,7 +14,7 @@ from fcfs_double import FcfsScheduler
 from engines.engine import DeadlockError, Engine, StepLimitError
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
-from engines.records import REQUEST_SCHEMA, STEP_SCHEMA, Recorder
+from engines.records import REQUEST_SCHEMA, STEP_SCHEMA
 from experiments.sinks import write_table
 from experiments.workloads import LengthDist, SyntheticWorkload, generate_synthetic
 from schedulers.contract import (

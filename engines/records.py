@@ -113,7 +113,7 @@ class Recorder:
     """
 
     def __init__(self, spool: tuple[str | Path, str | Path] | None = None,
-                 request_batch_rows: int = 4096, step_batch_rows: int = 65536,
+                 request_batch_rows: int = 4096, step_batch_rows: int = 16384,
                  batch_token_times: int = 1 << 20) -> None:
         if spool is None:
             self._req_sink: MemorySink | ParquetSink = MemorySink(REQUEST_SCHEMA)

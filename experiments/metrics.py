@@ -87,6 +87,8 @@ def _done_mask(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
     return np.asarray((reason == "stop") | (reason == "length"), dtype=bool)
 
 
+# Request rows per batch when reading list columns (token times: a few MiB per batch).
+_LIST_BATCH_ROWS = 1024
 # Scalar request columns the summary reads whole (O(requests) memory); list columns are read
 # batch by batch.
 _SCALARS = ("finish_reason", "arrival_time", "finish_time", "first_token_time", "prompt_len",
@@ -158,7 +160,7 @@ def summarize(requests: RecordSource, steps: RecordSource,
     tpot = (e2el[multi] - ttft[multi]) / (olen[multi] - 1)
 
     def itl_chunks() -> Iterator[np.ndarray]:
-        for b in requests.batches(("finish_reason", "token_times")):
+        for b in requests.batches(("finish_reason", "token_times"), _LIST_BATCH_ROWS):
             mask = _done_mask(b)
             if mask.any():
                 yield itl_seconds(b.filter(pa.array(mask)))
@@ -252,7 +254,7 @@ def _prefix_cache_totals(requests: RecordSource) -> _CacheTotals:
     """Prefix-cache and recovery totals, one batch of list columns at a time."""
     tot = _CacheTotals()
     cols = ("num_preemptions", "prompt_len", "prefix_hit_tokens", "computed_at_preemption")
-    for b in requests.batches(cols):
+    for b in requests.batches(cols, _LIST_BATCH_ROWS):
         hits_col = b.column("prefix_hit_tokens")
         offsets = np.asarray(hits_col.offsets.to_numpy(), dtype=np.int64)
         hits = np.asarray(pc.list_flatten(hits_col).to_numpy(), dtype=np.int64)
@@ -362,7 +364,7 @@ def step_series(steps: pa.Table, max_points: int = 2000) -> dict[str, np.ndarray
 def _max_tokens_per_second(requests: RecordSource, start: float) -> float:
     """The most output tokens produced in any one-second window [start + k, start + k + 1)."""
     counts: dict[int, int] = {}
-    for b in requests.batches(("token_times",)):
+    for b in requests.batches(("token_times",), _LIST_BATCH_ROWS):
         times = np.asarray(pc.list_flatten(b.column("token_times")).to_numpy(),
                            dtype=np.float64)
         if times.size == 0:

@@ -82,9 +82,14 @@ def itl_seconds(requests: pa.Table | pa.RecordBatch) -> np.ndarray:
     return np.diff(times)[same]
 
 
+def _reason_is(batch: pa.RecordBatch | pa.Table, *reasons: str) -> np.ndarray:
+    """A boolean mask: rows whose finish_reason is one of `reasons`."""
+    mask = pc.is_in(batch.column("finish_reason"), value_set=pa.array(reasons, pa.string()))
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _done_mask(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
-    reason = np.asarray(batch.column("finish_reason").to_pylist(), dtype=object)
-    return np.asarray((reason == "stop") | (reason == "length"), dtype=bool)
+    return _reason_is(batch, "stop", "length")
 
 
 # Request rows per batch when reading list columns (token times: a few MiB per batch).
@@ -134,10 +139,10 @@ def summarize(requests: RecordSource, steps: RecordSource,
                              f"{', '.join(SLO_KEYS)}")
     table = requests.read(_SCALARS)
     n_all = table.num_rows
-    reason = np.asarray(table.column("finish_reason").to_pylist(), dtype=object)
-    done = (reason == "stop") | (reason == "length")
-    rejected = reason == "rejected"
-    aborted = reason == "abort"
+    done = _done_mask(table)
+    rejected = _reason_is(table, "rejected")
+    aborted = _reason_is(table, "abort")
+    unfinished = _reason_is(table, "")
     accepted = ~rejected
 
     arrival = _f64(table, "arrival_time")
@@ -200,7 +205,7 @@ def summarize(requests: RecordSource, steps: RecordSource,
     out["num_requests"] = n_all
     out["rejected"] = int(rejected.sum())
     out["aborted"] = int(aborted.sum())
-    out["unfinished"] = int((reason == "").sum())
+    out["unfinished"] = int(unfinished.sum())
     # --- preemption / retraction ---
     n_acc = int(accepted.sum())
     out["num_preemptions"] = int(npre.sum())

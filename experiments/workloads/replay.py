@@ -17,6 +17,7 @@ the requests of a tick uniformly over it (seeded, order kept).
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from experiments.workloads.transforms import ReplayOptions, apply_transforms, ou
 from schedulers.contract import Request
 
 TRACE_DIR_ENV = "SCHEDBENCH_TRACE_DIR"
+MAX_CACHED_BLOCKS = 4096  # Mooncake blocks kept built (512 tokens each) while replaying
 DEFAULT_TRACE_DIR = "data/traces"
 
 
@@ -145,7 +147,9 @@ def mooncake_stream(w: MooncakeWorkload) -> RequestStream:
         return request_stream(records, w, lambda: random_prompts(w))
 
     def prompts() -> PromptFn:
-        blocks: dict[int, list[int]] = {}
+        # Recently used blocks only: a block's tokens are a pure function of its id, so the
+        # bound changes memory, not prompts.
+        blocks: OrderedDict[int, list[int]] = OrderedDict()
 
         def prompt(_i: int, rec: TraceRecord) -> list[int]:
             tokens: list[int] = []
@@ -154,6 +158,10 @@ def mooncake_stream(w: MooncakeWorkload) -> RequestStream:
                 if block is None:
                     block = blocks[hid] = mooncake_block_tokens(hid, MOONCAKE_BLOCK_TOKENS,
                                                                 w.vocab_size)
+                    if len(blocks) > MAX_CACHED_BLOCKS:
+                        blocks.popitem(last=False)
+                else:
+                    blocks.move_to_end(hid)
                 tokens.extend(block)
                 if len(tokens) >= rec.input_length:
                     break

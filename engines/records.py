@@ -113,8 +113,8 @@ class Recorder:
     """
 
     def __init__(self, spool: tuple[str | Path, str | Path] | None = None,
-                 request_batch_rows: int = 4096, step_batch_rows: int = 16384,
-                 batch_token_times: int = 1 << 20) -> None:
+                 request_batch_rows: int = 1024, step_batch_rows: int = 16384,
+                 batch_token_times: int = 1 << 18) -> None:
         if spool is None:
             self._req_sink: MemorySink | ParquetSink = MemorySink(REQUEST_SCHEMA)
             self._step_sink: MemorySink | ParquetSink = MemorySink(STEP_SCHEMA)

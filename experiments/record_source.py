@@ -43,12 +43,19 @@ class RecordSource:
             yield from self.table.select(list(columns)).to_batches(max_chunksize=batch_rows)
             return
         assert self.path is not None
-        yield from pq.ParquetFile(self.path).iter_batches(batch_size=batch_rows,
-                                                          columns=list(columns))
+        # pre_buffer=False: with it (pyarrow's default) the reader keeps every row group it
+        # has read until it is closed, so memory grows with the file. One thread: the
+        # columns are small.
+        f = pq.ParquetFile(self.path, pre_buffer=False)
+        try:
+            yield from f.iter_batches(batch_size=batch_rows, columns=list(columns),
+                                      use_threads=False)
+        finally:
+            f.close()
 
     def read(self, columns: Sequence[str]) -> pa.Table:
         """The whole of `columns` (use for scalar columns: O(rows) memory)."""
         if self.table is not None:
             return self.table.select(list(columns))
         assert self.path is not None
-        return pq.read_table(self.path, columns=list(columns))
+        return pq.read_table(self.path, columns=list(columns), use_threads=False)

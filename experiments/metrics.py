@@ -94,8 +94,7 @@ def _done_mask(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
 
 # Request rows per batch when reading list columns (token times: a few MiB per batch).
 _LIST_BATCH_ROWS = 1024
-# Scalar request columns the summary reads whole (O(requests) memory); list columns are read
-# batch by batch.
+# Scalar request columns of the summary (read in batches, like the list columns).
 _SCALARS = ("finish_reason", "arrival_time", "finish_time", "first_token_time", "prompt_len",
             "output_len", "num_preemptions", "victim", "num_computed_tokens",
             "num_recomputed_tokens")
@@ -137,32 +136,12 @@ def summarize(requests: RecordSource, steps: RecordSource,
         if unknown:
             raise ValueError(f"slo: unknown key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(SLO_KEYS)}")
-    table = requests.read(_SCALARS)
-    n_all = table.num_rows
-    done = _done_mask(table)
-    rejected = _reason_is(table, "rejected")
-    aborted = _reason_is(table, "abort")
-    unfinished = _reason_is(table, "")
-    accepted = ~rejected
-
-    arrival = _f64(table, "arrival_time")
-    finish = _f64(table, "finish_time")
-    first_tok = _f64(table, "first_token_time")
-    prompt_len = _i64(table, "prompt_len")
-    output_len = _i64(table, "output_len")
-    npre = _i64(table, "num_preemptions")
-    victim = np.asarray(table.column("victim").to_numpy(zero_copy_only=False), dtype=bool)
-
-    start = float(arrival.min()) if n_all else 0.0
-    finished_times = finish[~np.isnan(finish)]
-    end = float(finished_times.max()) if finished_times.size else start
-    duration = end - start
-
-    ttft = first_tok[done] - arrival[done]
-    e2el = finish[done] - arrival[done]
-    olen = output_len[done]
+    sc = _request_scalars(requests)
+    n_all, start, duration = sc.n_all, sc.start, sc.end - sc.start
+    ttft, e2el, olen = sc.ttft, sc.e2el, sc.olen
     multi = olen > 1
     tpot = (e2el[multi] - ttft[multi]) / (olen[multi] - 1)
+    n_done = int(ttft.size)
 
     def itl_chunks() -> Iterator[np.ndarray]:
         for b in requests.batches(("finish_reason", "token_times"), _LIST_BATCH_ROWS):
@@ -170,21 +149,21 @@ def summarize(requests: RecordSource, steps: RecordSource,
             if mask.any():
                 yield itl_seconds(b.filter(pa.array(mask)))
 
-    total_input = int(prompt_len[done].sum())
+    total_input = sc.done_input_tokens
     total_output = int(olen.sum())
     out: dict[str, Any] = {
         "duration": duration,
-        "completed": int(done.sum()),
-        "failed": int((~done).sum()),
+        "completed": n_done,
+        "failed": n_all - n_done,
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
-        "request_throughput": _ratio(int(done.sum()), duration),
+        "request_throughput": _ratio(n_done, duration),
         "output_throughput": _ratio(total_output, duration),
         "total_token_throughput": _ratio(total_input + total_output, duration),
     }
     good = None
     if slo_ms:
-        ok = np.ones(int(done.sum()), dtype=bool)
+        ok = np.ones(n_done, dtype=bool)
         if "ttft" in slo_ms:
             ok &= ttft * 1000.0 <= slo_ms["ttft"]
         if "e2el" in slo_ms:
@@ -203,18 +182,17 @@ def summarize(requests: RecordSource, steps: RecordSource,
 
     # --- ours: request outcomes ---
     out["num_requests"] = n_all
-    out["rejected"] = int(rejected.sum())
-    out["aborted"] = int(aborted.sum())
-    out["unfinished"] = int(unfinished.sum())
+    out["rejected"] = sc.rejected
+    out["aborted"] = sc.aborted
+    out["unfinished"] = sc.unfinished
     # --- preemption / retraction ---
-    n_acc = int(accepted.sum())
-    out["num_preemptions"] = int(npre.sum())
-    out["preemptions_per_1k_requests"] = _ratio(1000.0 * int(npre.sum()), n_acc)
-    out["num_victims"] = int(victim.sum())
-    out["preempted_request_share"] = _ratio(int(victim.sum()), n_acc)
-    v_done, nv_done = done & victim, done & ~victim
-    e2el_v = finish[v_done] - arrival[v_done]
-    e2el_nv = finish[nv_done] - arrival[nv_done]
+    n_acc = n_all - sc.rejected
+    out["num_preemptions"] = sc.preemptions
+    out["preemptions_per_1k_requests"] = _ratio(1000.0 * sc.preemptions, n_acc)
+    out["num_victims"] = sc.victims
+    out["preempted_request_share"] = _ratio(sc.victims, n_acc)
+    e2el_v = e2el[sc.done_victim]
+    e2el_nv = e2el[~sc.done_victim]
     for tag, x in (("victim", e2el_v), ("nonvictim", e2el_nv)):
         out[f"median_e2el_{tag}_ms"] = float(np.median(x) * 1000.0) if x.size else math.nan
         out[f"p99_e2el_{tag}_ms"] = float(np.percentile(x, 99) * 1000.0) if x.size else math.nan
@@ -222,15 +200,15 @@ def summarize(requests: RecordSource, steps: RecordSource,
                                              out["median_e2el_nonvictim_ms"])
     out["victim_e2el_p99_ratio"] = _ratio(out["p99_e2el_victim_ms"],
                                           out["p99_e2el_nonvictim_ms"])
-    restarts = np.bincount(npre[accepted]) if n_acc else np.zeros(1, dtype=np.int64)
+    restarts = sc.restarts if n_acc else np.zeros(1, dtype=np.int64)
     out["restarts_histogram"] = {str(k): int(c) for k, c in enumerate(restarts) if c}
-    out["max_restarts_per_request"] = int(npre.max()) if n_all else 0
+    out["max_restarts_per_request"] = sc.max_preemptions
     # --- compute, recompute and the prefix cache ---
-    recomputed = int(_i64(table, "num_recomputed_tokens").sum())
+    recomputed = sc.recomputed_tokens
     occ = _step_totals(steps, kv_capacity_tokens)
     prefill, decode = occ.pop("_prefill"), occ.pop("_decode")
     out["num_steps"] = occ.pop("_num_steps")
-    out["computed_tokens"] = int(_i64(table, "num_computed_tokens").sum())
+    out["computed_tokens"] = sc.computed_tokens
     out["prefill_tokens"] = prefill
     out["decode_tokens"] = decode
     out["recomputed_tokens"] = recomputed
@@ -244,6 +222,87 @@ def summarize(requests: RecordSource, steps: RecordSource,
                                               float(cache.computed_at_preemption))
     out.update(occ)
     return out
+
+
+@dataclass(slots=True)
+class _Scalars:
+    """What the summary needs of the scalar request columns: counts and sums, and per
+    completed request (in row order) TTFT, E2EL, output length and whether it was a victim."""
+
+    n_all: int
+    start: float
+    end: float
+    rejected: int
+    aborted: int
+    unfinished: int
+    done_input_tokens: int
+    preemptions: int
+    victims: int
+    max_preemptions: int
+    restarts: np.ndarray  # bincount of num_preemptions over accepted requests
+    recomputed_tokens: int
+    computed_tokens: int
+    ttft: np.ndarray
+    e2el: np.ndarray
+    olen: np.ndarray
+    done_victim: np.ndarray
+
+
+def _request_scalars(requests: RecordSource) -> _Scalars:
+    """`_Scalars` from the request records, a batch at a time (memory: O(completed requests)
+    floats)."""
+    n_all = rejected = aborted = unfinished = done_input = 0
+    npre_sum = victims = npre_max = recomputed = computed = 0
+    start, end = math.inf, -math.inf
+    restarts = np.zeros(1, dtype=np.int64)
+    parts: dict[str, list[np.ndarray]] = {"ttft": [], "e2el": [], "olen": [], "victim": []}
+    for b in requests.batches(_SCALARS):
+        n_all += b.num_rows
+        if not b.num_rows:
+            continue
+        done = _done_mask(b)
+        rej = _reason_is(b, "rejected")
+        rejected += int(rej.sum())
+        aborted += int(_reason_is(b, "abort").sum())
+        unfinished += int(_reason_is(b, "").sum())
+        arrival = _f64(b, "arrival_time")
+        finish = _f64(b, "finish_time")
+        first_tok = _f64(b, "first_token_time")
+        npre = _i64(b, "num_preemptions")
+        victim = np.asarray(b.column("victim").to_numpy(zero_copy_only=False), dtype=bool)
+        start = min(start, float(arrival.min()))
+        finished = finish[~np.isnan(finish)]
+        if finished.size:
+            end = max(end, float(finished.max()))
+        done_input += int(_i64(b, "prompt_len")[done].sum())
+        npre_sum += int(npre.sum())
+        victims += int(victim.sum())
+        npre_max = max(npre_max, int(npre.max()))
+        acc = npre[~rej]
+        if acc.size:
+            counts = np.bincount(acc)
+            if counts.size > restarts.size:
+                counts[:restarts.size] += restarts
+                restarts = counts
+            else:
+                restarts[:counts.size] += counts
+        recomputed += int(_i64(b, "num_recomputed_tokens").sum())
+        computed += int(_i64(b, "num_computed_tokens").sum())
+        parts["ttft"].append(first_tok[done] - arrival[done])
+        parts["e2el"].append(finish[done] - arrival[done])
+        parts["olen"].append(_i64(b, "output_len")[done])
+        parts["victim"].append(victim[done])
+    if not n_all:
+        start = end = 0.0
+    elif end == -math.inf:
+        end = start
+
+    def cat(name: str, dtype: type) -> np.ndarray:
+        return np.concatenate(parts[name]) if parts[name] else np.zeros(0, dtype=dtype)
+
+    return _Scalars(n_all, start, end, rejected, aborted, unfinished, done_input, npre_sum,
+                    victims, npre_max, restarts, recomputed, computed, cat("ttft", np.float64),
+                    cat("e2el", np.float64), cat("olen", np.int64), cat("victim", bool))
 
 
 @dataclass(slots=True)

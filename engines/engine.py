@@ -16,27 +16,29 @@ Each iteration:
 After a steady decode step, when the scheduler and the executor both support decode runs
 (`decode_runs=True`, the default, and no `check`), the engine commits the steady steps ahead
 at once (DESIGN.md, "Decode runs"): the scheduler bounds the run (`decode_run`), the executor
-cuts it before any stop token (`decode_run_limit`), the clock cuts it before the next arrival,
-and the scheduler, executor and recorder commit it with the same results, to the byte, as
+ends it at the first stop token (`decode_run_limit`), arrivals either end it or, when they
+change nothing (`arrivals_keep_decode_run`), are admitted at their step boundaries, and the
+scheduler, executor and recorder commit it with the same results, to the byte, as
 the step-by-step loop.
 A plan without chunks that aborts or finishes nothing while work is pending jumps the clock to
 the next arrival, or, when none is due, raises `DeadlockError` naming the stuck requests (a
 scheduler gets two more tries first: SGLang legitimately idles for one step after its last
 running request finishes, and a plan that only preempts makes room for the next). Every
 `schedule()` is paired with an `update_from_output()`, as upstream vLLM does. The loop is
-O(chunks) per step; the records are turned into tables once, at the end.
+O(chunks) per step; memory holds only live requests (see `engines.records`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from engines.admission import AdmissionLimits, FrontDoor
+from engines.arrivals import ArrivalQueue
 from engines.executors.base import Executor
 from engines.records import Recorder
 from schedulers.contract import Request, Scheduler, StepEvents, StepPlan, StepResult
@@ -72,13 +74,34 @@ SchedulerCheck = Callable[[Scheduler], None]
 
 @dataclass(slots=True)
 class EngineResult:
-    """What one run produced: the record tables (see `engines.records`) and the clock span."""
+    """What one run produced: the records (see `engines.records`) and the clock span.
 
-    requests: pa.Table
-    steps: pa.Table
+    `requests` / `steps` are the tables; with a spooled recorder they are read back from its
+    files on each access (all rows in memory: use `requests_path` / `steps_path` to stream).
+    """
+
+    recorder: Recorder
     start_time: float
     end_time: float
     num_steps: int
+
+    @property
+    def requests(self) -> pa.Table:
+        return self.recorder.requests_table()
+
+    @property
+    def steps(self) -> pa.Table:
+        return self.recorder.steps_table()
+
+    @property
+    def requests_path(self) -> Path:
+        """The requests parquet file of a spooled recorder."""
+        return self.recorder.spool_paths[0]
+
+    @property
+    def steps_path(self) -> Path:
+        """The steps parquet file of a spooled recorder."""
+        return self.recorder.spool_paths[1]
 
     @property
     def duration_s(self) -> float:
@@ -98,7 +121,12 @@ def _format_ids(ids: list[str]) -> str:
 
 
 class Engine:
-    """Drives one scheduler and one executor over a list of requests on a virtual clock."""
+    """Drives one scheduler and one executor over requests on a virtual clock.
+
+    `requests`: a list (sorted here by arrival time) or any iterable already in arrival
+    order, pulled only as the clock reaches each request (`engines.arrivals`). Requests that
+    have ended are released from the recorder and the executor between steps.
+    """
 
     def __init__(self, scheduler: Scheduler, executor: Executor, requests: Iterable[Request],
                  recorder: Recorder | None = None, max_steps: int | None = None,
@@ -111,19 +139,8 @@ class Engine:
         self.executor = executor
         self.recorder = recorder if recorder is not None else Recorder()
         self.max_steps = max_steps
-        reqs = list(requests)
-        for r in reqs:
-            if not math.isfinite(r.arrival_time):
-                raise ValueError(
-                    f"engine: request {r.request_id!r} has arrival_time={r.arrival_time!r}")
-            if r.output_token_ids:
-                raise ValueError(
-                    f"engine: request {r.request_id!r} already has "
-                    f"{len(r.output_token_ids)} output tokens (requests are consumed by a run; "
-                    "build fresh ones)")
-        # Stable: equal arrival times keep the given order.
-        self.requests = sorted(reqs, key=lambda r: r.arrival_time)
-        self.recorder.start(self.requests)
+        self.arrivals = ArrivalQueue(requests)
+        self.recorder.start(self.arrivals.total)
         self.clock = 0.0
         self._ran = False
         # Decode runs need both sides' support, and no per-step `check` (decided in `run`).
@@ -141,12 +158,12 @@ class Engine:
                 f"engine: {self.scheduler.name} broke an invariant after step "
                 f"{self.recorder.num_steps} at t={clock:.6f}s: {type(e).__name__}: {e}") from e
 
-    def _admit(self, i: int, clock: float) -> bool:
-        """Request `i` arrives at `clock`: the front door, then the scheduler. Returns whether
-        the scheduler accepted it."""
-        req = self.requests[i]
-        self.executor.register(req)
+    def _admit(self, req: Request, clock: float) -> bool:
+        """`req` arrives at `clock`: the front door, then the scheduler. Returns whether the
+        scheduler accepted it."""
         door, rec = self.door, self.recorder
+        i = rec.on_arrival(req)
+        self.executor.register(req)
         refusal = door.refusal(req) if door is not None else None
         if refusal is not None:
             rec.on_overload(i, refusal, clock)
@@ -160,11 +177,11 @@ class Engine:
             door.enqueue(req)
         return True
 
-    def _decode_run(self, clock: float, nxt: int) -> tuple[float, int] | None:
+    def _decode_run(self, clock: float) -> float | None:
         """Commit the steady decode steps ahead (DESIGN.md, "Decode runs"), admitting the
         arrivals due at their step boundaries when the scheduler says they change nothing
         before the run ends (`arrivals_keep_decode_run`), else stopping before them. Returns
-        the clock after the run and the next request to arrive, or None when there is no run.
+        the clock after the run, or None when there is no run.
         """
         sched: Any = self.scheduler
         executor: Any = self.executor
@@ -175,27 +192,27 @@ class Engine:
         if run is None:
             return None
         k = executor.decode_run_limit(run)
-        reqs, n = self.requests, len(self.requests)
+        arrivals = self.arrivals
         keeps = getattr(sched, "arrivals_keep_decode_run", None)
         through_arrivals = keeps is not None and keeps()
-        due: list[tuple[int, float, int]] = []  # (request, admitted at clock, before step)
+        due: list[tuple[Request, float, int]] = []  # (request, admitted at, before step)
         batch = len(run.seq_lens)
         total = sum(run.seq_lens)
         step_seconds = executor.decode_step_seconds
         starts: list[float] = []
         ends: list[float] = []
         while len(starts) < k:
-            if nxt < n and reqs[nxt].arrival_time <= clock:
+            if arrivals.peek_time() <= clock:
                 if not through_arrivals:
                     break
-                while nxt < n and reqs[nxt].arrival_time <= clock:
-                    due.append((nxt, clock, len(starts)))
-                    nxt += 1
+                while arrivals.peek_time() <= clock:
+                    due.append((arrivals.pop(), clock, len(starts)))
             starts.append(clock)
             clock += step_seconds(batch, total)
             ends.append(clock)
             total += batch
         if not starts:
+            assert not due
             return None
         tokens = executor.decode_run_tokens(run, len(starts))
         stats = sched.commit_decode_run(run, tokens)
@@ -205,8 +222,8 @@ class Engine:
         if due:
             waiting = [stats.num_waiting] * len(starts) if isinstance(stats.num_waiting, int) \
                 else list(stats.num_waiting)
-            for i, at, j in due:
-                if self._admit(i, at):
+            for req, at, j in due:
+                if self._admit(req, at):
                     for step in range(j, len(starts)):
                         waiting[step] += 1
             stats.num_waiting = waiting
@@ -215,29 +232,31 @@ class Engine:
             self.door.on_step(StepPlan(step=-1, page_size=1),
                               StepEvents(finished=stats.finished))
         self.num_decode_run_steps += len(starts)
-        return clock, nxt
+        return clock
 
     def run(self) -> EngineResult:
         """Replay every request to completion and return the records."""
         if self._ran:
             raise RuntimeError("engine: run() was already called; build a new Engine")
         self._ran = True
-        sched, executor, rec, door = self.scheduler, self.executor, self.recorder, self.door
-        reqs = self.requests
-        n = len(reqs)
-        nxt = 0
+        sched, executor, rec = self.scheduler, self.executor, self.recorder
+        arrivals = self.arrivals
+        release = getattr(executor, "release", None)
         stall = 0
         clock = self.clock
-        start_time = reqs[0].arrival_time if reqs else 0.0
+        start_time = arrivals.peek_time() if arrivals.pending() else 0.0
         use_runs = self.decode_runs and self.check is None
+        door = self.door
         while True:
-            while nxt < n and reqs[nxt].arrival_time <= clock:
-                self._admit(nxt, clock)
-                nxt += 1
+            for rid in rec.release_ended():
+                if release is not None:
+                    release(rid)
+            while arrivals.peek_time() <= clock:
+                self._admit(arrivals.pop(), clock)
             if not sched.has_unfinished():
-                if nxt >= n:
+                if not arrivals.pending():
                     break
-                clock = max(clock, reqs[nxt].arrival_time)
+                clock = max(clock, arrivals.peek_time())
                 continue
             if self.max_steps is not None and rec.num_steps >= self.max_steps:
                 live = rec.live_ids()
@@ -245,9 +264,9 @@ class Engine:
                     f"engine: max_steps={self.max_steps} reached at t={clock:.6f}s with "
                     f"{len(live)} request(s) unfinished: {_format_ids(live)}")
             if use_runs:
-                after = self._decode_run(clock, nxt)
+                after = self._decode_run(clock)
                 if after is not None:
-                    clock, nxt = after
+                    clock = after
                     stall = 0
                     continue
             plan = sched.schedule()
@@ -268,8 +287,8 @@ class Engine:
             stall += 1
             if stall < _MAX_EMPTY_PLANS:
                 continue
-            if nxt < n:
-                clock = max(clock, reqs[nxt].arrival_time)
+            if arrivals.pending():
+                clock = max(clock, arrivals.peek_time())
                 stall = 0
                 continue
             live = rec.live_ids()
@@ -285,9 +304,12 @@ class Engine:
         self.clock = clock
         if self.check is not None:
             self._run_check(clock)
+        for rid in rec.release_ended():
+            if release is not None:
+                release(rid)
+        rec.finish()
         return EngineResult(
-            requests=rec.requests_table(),
-            steps=rec.steps_table(),
+            recorder=rec,
             start_time=start_time,
             end_time=max(clock, start_time),
             num_steps=rec.num_steps,

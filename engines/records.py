@@ -1,8 +1,13 @@
 """Per-request and per-step records of an engine run (DESIGN.md, "Metrics").
 
-`Recorder` keeps plain Python lists indexed by request number while the engine runs and
-builds two Arrow tables at the end (`REQUEST_SCHEMA`, `STEP_SCHEMA`). Everything per step is
-O(chunks in the step). Subclass it to observe steps (call `super()` first).
+`Recorder` keeps the state of live requests in dicts keyed by arrival number while the engine
+runs; a request's row leaves memory once it has ended (`release_ended`), in batches of Arrow
+record batches that go to a sink (`engines.record_sinks`): kept in memory (`spool=None`, the
+tables are built at the end, requests in arrival order) or appended to parquet files
+(`spool=(requests_path, steps_path)`, requests in the order they ended). Step rows go the same
+way in batches. Everything per step is O(chunks in the step). Subclass it to observe steps
+(call `super()` first). `_add_token_times` is the only place that appends token times; step
+rows are kept as segments (`engines.step_columns`: a decode run is one segment).
 
 Request columns:
     request_id, arrival_time, first_scheduled_time, first_token_time, finish_time (seconds on
@@ -36,13 +41,15 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from engines.admission import OVERLOADED
+from engines.record_sinks import MemorySink, ParquetSink
 from engines.step_columns import StepColumns
 from schedulers.contract import (
     DecodeRun,
@@ -127,44 +134,100 @@ def _list_column(values: Sequence[array], typ: pa.DataType, np_dtype: type) -> p
 
 
 class Recorder:
-    """Collects per-request and per-step records for one engine run."""
+    """Collects per-request and per-step records for one engine run.
 
-    def __init__(self) -> None:
+    Per-request state lives in dicts keyed by the request's arrival number and only while the
+    request is live: `release_ended()` (called by the engine between steps) moves the rows of
+    ended requests into a batch, and full batches go to the sinks. `spool=None` keeps the
+    batches in memory (`requests_table()` / `steps_table()`, requests in arrival order);
+    `spool=(requests_path, steps_path)` streams them to two parquet files (requests in the
+    order they ended), so a replay holds only its live requests and the current batches.
+    """
+
+    def __init__(self, spool: tuple[str | Path, str | Path] | None = None,
+                 request_batch_rows: int = 1024, step_batch_rows: int = 16384,
+                 batch_token_times: int = 1 << 18) -> None:
+        if spool is None:
+            self._req_sink: MemorySink | ParquetSink = MemorySink(REQUEST_SCHEMA)
+            self._step_sink: MemorySink | ParquetSink = MemorySink(STEP_SCHEMA)
+        else:
+            self._req_sink = ParquetSink(REQUEST_SCHEMA, spool[0])
+            self._step_sink = ParquetSink(STEP_SCHEMA, spool[1])
+        self.spooled = spool is not None
+        self._request_batch_rows = request_batch_rows
+        self._step_batch_rows = step_batch_rows
+        self._batch_token_times = batch_token_times
         self._index: dict[str, int] = {}
         self._live: dict[int, None] = {}
+        self._ended: list[int] = []
         self._steps = StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP)
+        self._num_steps = 0
+        self._num_requests = 0
+        self._row_batch: list[tuple[object, ...]] = []
+        self._row_order = array("q")  # arrival number of each written row (in-memory mode)
+        self._batch_times = 0
+        self._closed = False
+        self._req_table: pa.Table | None = None
+        self._step_table: pa.Table | None = None
+        self._ids: dict[int, str] = {}
+        self._arrival: dict[int, float] = {}
+        self._prompt_len: dict[int, int] = {}
+        self._max_tokens: dict[int, int] = {}
+        self._eos_len: dict[int, int] = {}
+        self._first_sched: dict[int, float] = {}
+        self._first_token: dict[int, float] = {}
+        self._finish: dict[int, float] = {}
+        self._reason: dict[int, str] = {}
+        self._detail: dict[int, str] = {}
+        self._nout: dict[int, int] = {}
+        self._npre: dict[int, int] = {}
+        self._computed: dict[int, int] = {}
+        self._recomputed: dict[int, int] = {}
+        self._high: dict[int, int] = {}  # highest position ever computed, exclusive
+        self._cur: dict[int, int] = {}  # end of the last chunk computed since (re)admission
+        self._hits: dict[int, array] = {}
+        self._at_pre: dict[int, array] = {}
+        self._times: dict[int, array] = {}
+        self._nswaps: dict[int, int] = {}
 
     # --- setup -------------------------------------------------------------------------
-    def start(self, requests: Sequence[Request]) -> None:
-        """Allocate one row per request, in the given order (the engine's arrival order)."""
-        n = len(requests)
-        self._ids = [r.request_id for r in requests]
-        self._index = {rid: i for i, rid in enumerate(self._ids)}
-        if len(self._index) != n:
-            dups = sorted(rid for rid, k in Counter(self._ids).items() if k > 1)
-            raise ValueError(f"records: duplicate request ids: {', '.join(dups[:10])}")
-        self._arrival = [float(r.arrival_time) for r in requests]
-        self._prompt_len = [len(r.prompt_token_ids) for r in requests]
-        self._max_tokens = [r.max_tokens for r in requests]
-        self._eos_len = [r.eos_output_len if r.eos_output_len is not None else r.max_tokens
-                         for r in requests]
-        self._first_sched = [NAN] * n
-        self._first_token = [NAN] * n
-        self._finish = [NAN] * n
-        self._reason = [""] * n
-        self._detail = [""] * n
-        self._nout = [0] * n
-        self._npre = [0] * n
-        self._computed = [0] * n
-        self._recomputed = [0] * n
-        self._high = [0] * n  # highest position ever computed, exclusive
-        self._cur = [0] * n  # end of the last chunk computed since (re)admission
-        self._hits = [array("q") for _ in range(n)]
-        self._at_pre = [array("q") for _ in range(n)]
-        self._times = [array("d") for _ in range(n)]
-        self._nswaps = [0] * n
+    def start(self, total: int | None = None) -> None:
+        """The run begins; `total` is the number of requests when known (progress bars)."""
+
+    def on_arrival(self, request: Request) -> int:
+        """Open a row for `request` (in arrival order); returns its arrival number."""
+        rid = request.request_id
+        if rid in self._index:
+            raise ValueError(f"records: duplicate request ids: {rid} (arrival "
+                             f"{request.arrival_time!r}) is still live")
+        i = self._num_requests
+        self._num_requests += 1
+        self._index[rid] = i
+        self._ids[i] = rid
+        self._arrival[i] = float(request.arrival_time)
+        self._prompt_len[i] = len(request.prompt_token_ids)
+        self._max_tokens[i] = request.max_tokens
+        self._eos_len[i] = (request.eos_output_len if request.eos_output_len is not None
+                            else request.max_tokens)
+        self._first_sched[i] = NAN
+        self._first_token[i] = NAN
+        self._finish[i] = NAN
+        self._reason[i] = ""
+        self._detail[i] = ""
+        self._nout[i] = 0
+        self._npre[i] = 0
+        self._computed[i] = 0
+        self._recomputed[i] = 0
+        self._high[i] = 0
+        self._cur[i] = 0
+        self._hits[i] = array("q")
+        self._at_pre[i] = array("q")
+        self._times[i] = array("d")
+        self._nswaps[i] = 0
+        return i
 
     def index_of(self, request_id: str) -> int:
+        """The arrival number of a request that has not been released yet."""
         try:
             return self._index[request_id]
         except KeyError:
@@ -190,6 +253,7 @@ class Recorder:
         self._detail[i] = detail
         self._finish[i] = now
         self._live.pop(i, None)
+        self._ended.append(i)
 
     def on_step(self, plan: StepPlan, result: StepResult, events: StepEvents,
                 start: float, end: float, stats: SchedulerStats) -> None:
@@ -234,7 +298,7 @@ class Recorder:
             else:
                 prefill += n
         if events.new_token_ids:
-            first_token, times = self._first_token, self._times
+            first_token = self._first_token
             for rid, toks in events.new_token_ids.items():
                 k = len(toks)
                 if k:
@@ -242,16 +306,17 @@ class Recorder:
                     if first_token[i] != first_token[i]:  # NaN: first token
                         first_token[i] = end
                     nout[i] += k
-                    if k == 1:
-                        times[i].append(end)
-                    else:
-                        times[i].extend([end] * k)
+                    self._add_token_times(i, (end,) if k == 1 else [end] * k)
         for rid, why in plan.aborted:
-            self._end(index[rid], "abort", why, end)
+            j = index.get(rid)  # None: ended and released in an earlier step
+            if j is not None:
+                self._end(j, "abort", why, end)
         for rid, why in events.finished:
-            self._end(index[rid], why, "", end)
-        self._steps.append((
-            len(self._steps), start, end - start, len(plan.chunks), prefill + decode,
+            j = index.get(rid)
+            if j is not None:
+                self._end(j, why, "", end)
+        self._add_step_row((
+            self._num_steps, start, end - start, len(plan.chunks), prefill + decode,
             prefill, decode, decode, len(plan.preempted), len(plan.aborted),
             len(events.finished), stats.kv_used_tokens, stats.kv_cached_tokens,
             stats.num_running, stats.num_waiting, plan.forward_mode,
@@ -267,7 +332,7 @@ class Recorder:
         k = len(starts)
         index, high = self._index, self._high
         computed, recomputed = self._computed, self._recomputed
-        first_token, nout, times = self._first_token, self._nout, self._times
+        first_token, nout = self._first_token, self._nout
         for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
             i = index[rid]
             s = e - 1  # the first step's position; the run computes s .. s + k - 1
@@ -281,11 +346,11 @@ class Recorder:
             if first_token[i] != first_token[i]:  # NaN: first token
                 first_token[i] = ends[0]
             nout[i] += k
-            times[i].extend(ends)
+            self._add_token_times(i, ends)
         for rid, why in stats.finished:
             self._end(index[rid], why, "", ends[-1])
         b = len(run.request_ids)
-        first = len(self._steps)
+        first = self._num_steps
         running: int | list[int] = stats.num_running
         num_finished: int | list[int] = 0
         if stats.finished:
@@ -297,6 +362,102 @@ class Recorder:
             range(first, first + k), starts, [e - s for s, e in zip(starts, ends, strict=True)],
             b, b, 0, b, b, 0, 0, num_finished, stats.kv_used_tokens, stats.kv_cached_tokens,
             running, stats.num_waiting, run.forward_mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
+        self._num_steps += k
+        if len(self._steps) >= self._step_batch_rows:
+            self._flush_steps()
+
+    def _add_step_row(self, row: tuple[int | float | str, ...]) -> None:
+        """Append one step row (`STEP_SCHEMA` order); full batches go to the sink."""
+        self._steps.append(row)
+        self._num_steps += 1
+        if len(self._steps) >= self._step_batch_rows:
+            self._flush_steps()
+
+    def _add_token_times(self, i: int, times: Sequence[float]) -> None:
+        """Append output-token times to request `i`."""
+        self._times[i].extend(times)
+
+    # --- releasing rows ----------------------------------------------------------------
+    def release_ended(self) -> list[str]:
+        """Move the rows of requests that ended since the last call into the current batch
+        (written out when full) and forget their state; returns their ids, so the engine can
+        tell the executor. Call it between steps, never inside one."""
+        if not self._ended:
+            return []
+        ended, self._ended = self._ended, []
+        ids = [self._ids[i] for i in ended]
+        for i in ended:
+            self._release(i)
+        return ids
+
+    def _release(self, i: int) -> None:
+        npre = self._npre.pop(i)
+        times = self._times.pop(i)
+        rid = self._ids.pop(i)
+        del self._index[rid]
+        self._row_batch.append((
+            rid, self._arrival.pop(i), self._first_sched.pop(i), self._first_token.pop(i),
+            self._finish.pop(i), self._reason.pop(i), self._detail.pop(i),
+            self._prompt_len.pop(i), self._max_tokens.pop(i), self._eos_len.pop(i),
+            self._nout.pop(i), npre, npre > 0, self._computed.pop(i), self._recomputed.pop(i),
+            self._hits.pop(i), self._at_pre.pop(i), times, self._nswaps.pop(i),
+        ))
+        del self._high[i], self._cur[i]
+        if not self.spooled:
+            self._row_order.append(i)
+        self._batch_times += len(times)
+        if (len(self._row_batch) >= self._request_batch_rows
+                or self._batch_times >= self._batch_token_times):
+            self._flush_requests()
+
+    def _flush_requests(self) -> None:
+        rows, self._row_batch = self._row_batch, []
+        self._batch_times = 0
+        if not rows:
+            return
+        cols = list(zip(*rows, strict=True))
+        arrays = [pa.array(c, f.type) for c, f in zip(cols[:15], REQUEST_SCHEMA, strict=False)]
+        arrays += [_list_column(cols[15], pa.list_(pa.int64()), np.int64),
+                   _list_column(cols[16], pa.list_(pa.int64()), np.int64),
+                   _list_column(cols[17], pa.list_(pa.float64()), np.float64),
+                   pa.array(cols[18], pa.int64())]
+        self._req_sink.write(pa.RecordBatch.from_arrays(arrays, schema=REQUEST_SCHEMA))
+
+    def _flush_steps(self) -> None:
+        if not len(self._steps):
+            return
+        steps, self._steps = self._steps, StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP)
+        for batch in steps.table().to_batches():
+            self._step_sink.write(batch)
+
+    def finish(self) -> None:
+        """Write out every remaining row (requests still live get finish reason "") and
+        close the sinks; a spooled recorder's files are then complete. Idempotent."""
+        if self._closed:
+            return
+        self.release_ended()
+        for i in sorted(self._ids):
+            self._release(i)
+        self._live.clear()
+        self._flush_requests()
+        self._flush_steps()
+        self._req_sink.close()
+        self._step_sink.close()
+        self._closed = True
+
+    def discard(self) -> None:
+        """Drop everything written (a spooled recorder deletes its files)."""
+        self._closed = True
+        self._req_sink.discard()
+        self._step_sink.discard()
+
+    @property
+    def spool_paths(self) -> tuple[Path, Path]:
+        """The (requests, steps) parquet files of a spooled recorder."""
+        if not isinstance(self._req_sink, ParquetSink) or \
+                not isinstance(self._step_sink, ParquetSink):
+            raise RuntimeError("records: this recorder keeps its rows in memory (spool=None)")
+        return self._req_sink.path, self._step_sink.path
 
     # --- queries and output ------------------------------------------------------------
     def live_ids(self) -> list[str]:
@@ -305,34 +466,32 @@ class Recorder:
 
     @property
     def num_steps(self) -> int:
-        return len(self._steps)
+        return self._num_steps
+
+    @property
+    def num_requests(self) -> int:
+        """Requests seen so far (arrived)."""
+        return self._num_requests
 
     def requests_table(self) -> pa.Table:
-        """The per-request records as an Arrow table (`REQUEST_SCHEMA`)."""
-        nout, npre = self._nout, self._npre
-        cols = [
-            pa.array(self._ids, pa.string()),
-            pa.array(self._arrival, pa.float64()),
-            pa.array(self._first_sched, pa.float64()),
-            pa.array(self._first_token, pa.float64()),
-            pa.array(self._finish, pa.float64()),
-            pa.array(self._reason, pa.string()),
-            pa.array(self._detail, pa.string()),
-            pa.array(self._prompt_len, pa.int64()),
-            pa.array(self._max_tokens, pa.int64()),
-            pa.array(self._eos_len, pa.int64()),
-            pa.array(nout, pa.int64()),
-            pa.array(npre, pa.int64()),
-            pa.array([p > 0 for p in npre], pa.bool_()),
-            pa.array(self._computed, pa.int64()),
-            pa.array(self._recomputed, pa.int64()),
-            _list_column(self._hits, pa.list_(pa.int64()), np.int64),
-            _list_column(self._at_pre, pa.list_(pa.int64()), np.int64),
-            _list_column(self._times, pa.list_(pa.float64()), np.float64),
-            pa.array(self._nswaps, pa.int64()),
-        ]
-        return pa.Table.from_arrays(cols, schema=REQUEST_SCHEMA)
+        """The per-request records as an Arrow table (`REQUEST_SCHEMA`): in memory, in
+        arrival order; spooled, read back from the file (in the order requests ended)."""
+        self.finish()
+        if isinstance(self._req_sink, ParquetSink):
+            return pq.read_table(self._req_sink.path)
+        if self._req_table is None:
+            table = self._req_sink.table()
+            order = np.frombuffer(self._row_order, dtype=np.int64)
+            if order.size and np.any(order[1:] < order[:-1]):
+                table = table.take(pa.array(np.argsort(order, kind="stable"))).combine_chunks()
+            self._req_table = table
+        return self._req_table
 
     def steps_table(self) -> pa.Table:
         """The per-step records as an Arrow table (`STEP_SCHEMA`)."""
-        return self._steps.table()
+        self.finish()
+        if isinstance(self._step_sink, ParquetSink):
+            return pq.read_table(self._step_sink.path)
+        if self._step_table is None:
+            self._step_table = self._step_sink.table()
+        return self._step_table

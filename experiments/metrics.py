@@ -15,13 +15,18 @@ Requests refused with 503 at the front door (finish reason "rejected_503", admis
 are counted (`rejected_503`) and rated against all arrivals (`rejection_rate_503`); like every
 request that did not complete they are outside the latency statistics and never good, and
 `slo_attainment` (good requests / all arrivals) counts them in its denominator.
+Everything is computed from record sources read in batches (`summarize`;
+`compute_metrics_from_files` for a run's parquet files): memory holds the scalar request
+columns and one batch of token times or steps, never all token times or all steps.
 `step_series` gives KV use and batch size over time for figures.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,17 +34,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engines.admission import OVERLOADED
+from experiments.quantiles import stats_ms
+from experiments.record_source import RecordSource
 
 PERCENTILES = (90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
-def _f64(table: pa.Table, name: str) -> np.ndarray:
+def _f64(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.float64)
 
 
-def _i64(table: pa.Table, name: str) -> np.ndarray:
+def _i64(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
 
@@ -60,9 +67,11 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den else math.nan
 
 
-def _flat_lists(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _flat_lists(table: pa.Table | pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
     """Values of a list column and, for each value, the row it belongs to."""
-    col = table.column(name).combine_chunks() if table.num_rows else None
+    col = table.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if table.num_rows else None
     if col is None or len(col) == 0:
         return np.zeros(0), np.zeros(0, dtype=np.int64)
     values = np.asarray(pc.list_flatten(col).to_numpy(), dtype=np.float64)
@@ -70,13 +79,31 @@ def _flat_lists(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return values, parents
 
 
-def itl_seconds(requests: pa.Table) -> np.ndarray:
+def itl_seconds(requests: pa.Table | pa.RecordBatch) -> np.ndarray:
     """Every inter-token gap within a request, over all rows of `requests`."""
     times, parents = _flat_lists(requests, "token_times")
     if times.size < 2:
         return np.zeros(0)
     same = parents[1:] == parents[:-1]
     return np.diff(times)[same]
+
+
+def _reason_is(batch: pa.RecordBatch | pa.Table, *reasons: str) -> np.ndarray:
+    """A boolean mask: rows whose finish_reason is one of `reasons`."""
+    mask = pc.is_in(batch.column("finish_reason"), value_set=pa.array(reasons, pa.string()))
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _done_mask(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    return _reason_is(batch, "stop", "length")
+
+
+# Request rows per batch when reading list columns (token times: a few MiB per batch).
+_LIST_BATCH_ROWS = 1024
+# Scalar request columns of the summary (read in batches, like the list columns).
+_SCALARS = ("finish_reason", "arrival_time", "finish_time", "first_token_time", "prompt_len",
+            "output_len", "num_preemptions", "victim", "num_computed_tokens",
+            "num_recomputed_tokens")
 
 
 def compute_metrics(requests: pa.Table, steps: pa.Table,
@@ -91,54 +118,59 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     included) that are good; both are None without targets. With `kv_capacity_tokens`, KV
     use is also reported as a fraction of it.
     """
+    return summarize(RecordSource.of(requests), RecordSource.of(steps), slo_ms=slo_ms,
+                     kv_capacity_tokens=kv_capacity_tokens)
+
+
+def compute_metrics_from_files(requests_path: str | Path, steps_path: str | Path,
+                               slo_ms: Mapping[str, float] | None = None,
+                               kv_capacity_tokens: int | None = None) -> dict[str, Any]:
+    """`compute_metrics` of a run's parquet files, read in batches (bounded memory: the
+    scalar request columns, one batch of list values and of steps at a time)."""
+    return summarize(RecordSource.of(Path(requests_path)), RecordSource.of(Path(steps_path)),
+                     slo_ms=slo_ms, kv_capacity_tokens=kv_capacity_tokens)
+
+
+def summarize(requests: RecordSource, steps: RecordSource,
+              slo_ms: Mapping[str, float] | None = None,
+              kv_capacity_tokens: int | None = None) -> dict[str, Any]:
+    """`compute_metrics` over record sources (tables or files; see `compute_metrics`).
+
+    Row order does not matter. ITL statistics are exact (`experiments.quantiles`), but for
+    the last bits of the mean and standard deviation, which are summed batch by batch."""
     if slo_ms:
         unknown = sorted(set(slo_ms) - set(SLO_KEYS))
         if unknown:
             raise ValueError(f"slo: unknown key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(SLO_KEYS)}")
-    n_all = requests.num_rows
-    reason = np.asarray(requests.column("finish_reason").to_pylist(), dtype=object)
-    done = (reason == "stop") | (reason == "length")
-    rejected = reason == "rejected"
-    overloaded = reason == OVERLOADED
-    aborted = reason == "abort"
-    accepted = ~(rejected | overloaded)
-
-    arrival = _f64(requests, "arrival_time")
-    finish = _f64(requests, "finish_time")
-    first_tok = _f64(requests, "first_token_time")
-    prompt_len = _i64(requests, "prompt_len")
-    output_len = _i64(requests, "output_len")
-    npre = _i64(requests, "num_preemptions")
-    victim = np.asarray(requests.column("victim").to_numpy(zero_copy_only=False), dtype=bool)
-
-    start = float(arrival.min()) if n_all else 0.0
-    finished_times = finish[~np.isnan(finish)]
-    end = float(finished_times.max()) if finished_times.size else start
-    duration = end - start
-
-    ttft = first_tok[done] - arrival[done]
-    e2el = finish[done] - arrival[done]
-    olen = output_len[done]
+    sc = _request_scalars(requests)
+    n_all, start, duration = sc.n_all, sc.start, sc.end - sc.start
+    ttft, e2el, olen = sc.ttft, sc.e2el, sc.olen
     multi = olen > 1
     tpot = (e2el[multi] - ttft[multi]) / (olen[multi] - 1)
-    itl = itl_seconds(requests.filter(pa.array(done)))
+    n_done = int(ttft.size)
 
-    total_input = int(prompt_len[done].sum())
+    def itl_chunks() -> Iterator[np.ndarray]:
+        for b in requests.batches(("finish_reason", "token_times"), _LIST_BATCH_ROWS):
+            mask = _done_mask(b)
+            if mask.any():
+                yield itl_seconds(b.filter(pa.array(mask)))
+
+    total_input = sc.done_input_tokens
     total_output = int(olen.sum())
     out: dict[str, Any] = {
         "duration": duration,
-        "completed": int(done.sum()),
-        "failed": int((~done).sum()),
+        "completed": n_done,
+        "failed": n_all - n_done,
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
-        "request_throughput": _ratio(int(done.sum()), duration),
+        "request_throughput": _ratio(n_done, duration),
         "output_throughput": _ratio(total_output, duration),
         "total_token_throughput": _ratio(total_input + total_output, duration),
     }
     good = attained = None
     if slo_ms:
-        ok = np.ones(int(done.sum()), dtype=bool)
+        ok = np.ones(n_done, dtype=bool)
         if "ttft" in slo_ms:
             ok &= ttft * 1000.0 <= slo_ms["ttft"]
         if "e2el" in slo_ms:
@@ -152,25 +184,26 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
     out["request_goodput"] = good
     out["slo_attainment"] = attained
     out["max_output_tokens_per_s"] = _max_tokens_per_second(requests, start)
-    for name, x in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
+    for name, x in (("ttft", ttft), ("tpot", tpot)):
         out.update(_stats_ms(name, x))
+    out.update(stats_ms("itl", itl_chunks, PERCENTILES))
+    out.update(_stats_ms("e2el", e2el))
 
     # --- ours: request outcomes ---
     out["num_requests"] = n_all
-    out["rejected"] = int(rejected.sum())
-    out["rejected_503"] = int(overloaded.sum())
-    out["rejection_rate_503"] = _ratio(int(overloaded.sum()), n_all)
-    out["aborted"] = int(aborted.sum())
-    out["unfinished"] = int((reason == "").sum())
+    out["rejected"] = sc.rejected
+    out["rejected_503"] = sc.overloaded
+    out["rejection_rate_503"] = _ratio(sc.overloaded, n_all)
+    out["aborted"] = sc.aborted
+    out["unfinished"] = sc.unfinished
     # --- preemption / retraction ---
-    n_acc = int(accepted.sum())
-    out["num_preemptions"] = int(npre.sum())
-    out["preemptions_per_1k_requests"] = _ratio(1000.0 * int(npre.sum()), n_acc)
-    out["num_victims"] = int(victim.sum())
-    out["preempted_request_share"] = _ratio(int(victim.sum()), n_acc)
-    v_done, nv_done = done & victim, done & ~victim
-    e2el_v = finish[v_done] - arrival[v_done]
-    e2el_nv = finish[nv_done] - arrival[nv_done]
+    n_acc = n_all - sc.rejected - sc.overloaded
+    out["num_preemptions"] = sc.preemptions
+    out["preemptions_per_1k_requests"] = _ratio(1000.0 * sc.preemptions, n_acc)
+    out["num_victims"] = sc.victims
+    out["preempted_request_share"] = _ratio(sc.victims, n_acc)
+    e2el_v = e2el[sc.done_victim]
+    e2el_nv = e2el[~sc.done_victim]
     for tag, x in (("victim", e2el_v), ("nonvictim", e2el_nv)):
         out[f"median_e2el_{tag}_ms"] = float(np.median(x) * 1000.0) if x.size else math.nan
         out[f"p99_e2el_{tag}_ms"] = float(np.percentile(x, 99) * 1000.0) if x.size else math.nan
@@ -178,32 +211,28 @@ def compute_metrics(requests: pa.Table, steps: pa.Table,
                                              out["median_e2el_nonvictim_ms"])
     out["victim_e2el_p99_ratio"] = _ratio(out["p99_e2el_victim_ms"],
                                           out["p99_e2el_nonvictim_ms"])
-    restarts = np.bincount(npre[accepted]) if n_acc else np.zeros(1, dtype=np.int64)
+    restarts = sc.restarts if n_acc else np.zeros(1, dtype=np.int64)
     out["restarts_histogram"] = {str(k): int(c) for k, c in enumerate(restarts) if c}
-    out["max_restarts_per_request"] = int(npre.max()) if n_all else 0
+    out["max_restarts_per_request"] = sc.max_preemptions
     # --- compute, recompute and the prefix cache ---
-    prefill = int(_i64(steps, "num_prefill_tokens").sum()) if steps.num_rows else 0
-    decode = int(_i64(steps, "num_decode_tokens").sum()) if steps.num_rows else 0
-    recomputed = int(_i64(requests, "num_recomputed_tokens").sum())
-    out["num_steps"] = steps.num_rows
-    out["computed_tokens"] = int(_i64(requests, "num_computed_tokens").sum())
+    recomputed = sc.recomputed_tokens
+    occ = _step_totals(steps, kv_capacity_tokens)
+    prefill, decode = occ.pop("_prefill"), occ.pop("_decode")
+    out["num_steps"] = occ.pop("_num_steps")
+    out["computed_tokens"] = sc.computed_tokens
     out["prefill_tokens"] = prefill
     out["decode_tokens"] = decode
     out["recomputed_tokens"] = recomputed
     out["recomputed_token_share"] = _ratio(recomputed, prefill)
-    hits, hit_rows = _flat_lists(requests, "prefix_hit_tokens")
-    first_hit = np.ones(hits.size, dtype=bool)
-    first_hit[1:] = hit_rows[1:] != hit_rows[:-1]
-    out["prefix_cache_hit_tokens"] = int(hits.sum())
-    admitted_prompt = int(prompt_len[np.unique(hit_rows)].sum()) if hit_rows.size else 0
-    out["prefix_cache_hit_rate"] = _ratio(float(hits[first_hit].sum()), admitted_prompt)
-    at_pre, _ = _flat_lists(requests, "computed_at_preemption")
-    resume_hits = float(hits[~first_hit].sum())
-    out["prefix_cache_hit_tokens_on_resume"] = int(resume_hits)
-    out["computed_tokens_at_preemption"] = int(at_pre.sum())
-    out["prefix_recovery_on_resume"] = _ratio(_recovered(requests), float(at_pre.sum()))
-    out.update(_occupancy(steps, kv_capacity_tokens))
-    out.update(_swaps(requests, steps))
+    cache = _prefix_cache_totals(requests)
+    out["prefix_cache_hit_tokens"] = cache.hit_tokens
+    out["prefix_cache_hit_rate"] = _ratio(float(cache.first_hit_tokens), cache.admitted_prompt)
+    out["prefix_cache_hit_tokens_on_resume"] = cache.hit_tokens - cache.first_hit_tokens
+    out["computed_tokens_at_preemption"] = cache.computed_at_preemption
+    out["prefix_recovery_on_resume"] = _ratio(float(cache.recovered),
+                                              float(cache.computed_at_preemption))
+    out.update(occ)
+    out.update(_swap_totals(requests, steps))
     return out
 
 
@@ -211,68 +240,215 @@ SWAP_STEP_COUNTS = ("num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_o
                     "swap_in_tokens", "swap_out_bytes", "swap_in_bytes")
 
 
-def _swaps(requests: pa.Table, steps: pa.Table) -> dict[str, Any]:
+def _swap_totals(requests: RecordSource, steps: RecordSource) -> dict[str, Any]:
     """Totals of the swap columns (zeros in recompute mode, or for records written before
-    the columns existed), and the copy time's share of the busy time."""
-    def total(table: pa.Table, name: str) -> float:
-        # a missing column or nulls (records built by hand) count as zero
-        if name not in table.column_names:
-            return 0
-        return pc.sum(table.column(name)).as_py() or 0
-
-    out: dict[str, Any] = {name: int(total(steps, name)) for name in SWAP_STEP_COUNTS}
-    swap_s = float(total(steps, "swap_s"))
-    busy = float(_f64(steps, "duration_s").sum()) if steps.num_rows else 0.0
+    the columns existed, or nulls in records built by hand), and the copy time's share of the
+    busy time, one batch at a time."""
+    counts = [c for c in SWAP_STEP_COUNTS if c in steps.column_names]
+    totals = dict.fromkeys(SWAP_STEP_COUNTS, 0)
+    swap_s = busy = 0.0
+    has_s = "swap_s" in steps.column_names
+    for b in steps.batches([*counts, "duration_s", *(["swap_s"] if has_s else [])]):
+        for c in counts:
+            totals[c] += int(pc.sum(b.column(c)).as_py() or 0)
+        busy += float(pc.sum(b.column("duration_s")).as_py() or 0.0)
+        if has_s:
+            swap_s += float(pc.sum(b.column("swap_s")).as_py() or 0.0)
+    out: dict[str, Any] = dict(totals)
     out["swap_time_s"] = swap_s
     out["swap_time_share"] = _ratio(swap_s, busy)
-    nswaps = requests.column("num_swaps") if "num_swaps" in requests.column_names else None
-    out["num_swapped_requests"] = (int(pc.sum(pc.greater(nswaps, 0)).as_py() or 0)
-                                   if nswaps is not None else 0)
-    out["max_swaps_per_request"] = int(pc.max(nswaps).as_py() or 0) if nswaps is not None else 0
+    swapped = max_swaps = 0
+    if "num_swaps" in requests.column_names:
+        for b in requests.batches(("num_swaps",)):
+            col = b.column("num_swaps")
+            swapped += int(pc.sum(pc.greater(col, 0)).as_py() or 0)
+            max_swaps = max(max_swaps, int(pc.max(col).as_py() or 0))
+    out["num_swapped_requests"] = swapped
+    out["max_swaps_per_request"] = max_swaps
     return out
 
 
-def _recovered(requests: pa.Table) -> float:
+@dataclass(slots=True)
+class _Scalars:
+    """What the summary needs of the scalar request columns: counts and sums, and per
+    completed request (in row order) TTFT, E2EL, output length and whether it was a victim."""
+
+    n_all: int
+    start: float
+    end: float
+    rejected: int
+    overloaded: int
+    aborted: int
+    unfinished: int
+    done_input_tokens: int
+    preemptions: int
+    victims: int
+    max_preemptions: int
+    restarts: np.ndarray  # bincount of num_preemptions over accepted requests
+    recomputed_tokens: int
+    computed_tokens: int
+    ttft: np.ndarray
+    e2el: np.ndarray
+    olen: np.ndarray
+    done_victim: np.ndarray
+
+
+def _request_scalars(requests: RecordSource) -> _Scalars:
+    """`_Scalars` from the request records, a batch at a time (memory: O(completed requests)
+    floats)."""
+    n_all = rejected = overloaded = aborted = unfinished = done_input = 0
+    npre_sum = victims = npre_max = recomputed = computed = 0
+    start, end = math.inf, -math.inf
+    restarts = np.zeros(1, dtype=np.int64)
+    parts: dict[str, list[np.ndarray]] = {"ttft": [], "e2el": [], "olen": [], "victim": []}
+    for b in requests.batches(_SCALARS):
+        n_all += b.num_rows
+        if not b.num_rows:
+            continue
+        done = _done_mask(b)
+        rej = _reason_is(b, "rejected")
+        rejected += int(rej.sum())
+        over = _reason_is(b, OVERLOADED)
+        overloaded += int(over.sum())
+        aborted += int(_reason_is(b, "abort").sum())
+        unfinished += int(_reason_is(b, "").sum())
+        arrival = _f64(b, "arrival_time")
+        finish = _f64(b, "finish_time")
+        first_tok = _f64(b, "first_token_time")
+        npre = _i64(b, "num_preemptions")
+        victim = np.asarray(b.column("victim").to_numpy(zero_copy_only=False), dtype=bool)
+        start = min(start, float(arrival.min()))
+        finished = finish[~np.isnan(finish)]
+        if finished.size:
+            end = max(end, float(finished.max()))
+        done_input += int(_i64(b, "prompt_len")[done].sum())
+        npre_sum += int(npre.sum())
+        victims += int(victim.sum())
+        npre_max = max(npre_max, int(npre.max()))
+        acc = npre[~(rej | over)]
+        if acc.size:
+            counts = np.bincount(acc)
+            if counts.size > restarts.size:
+                counts[:restarts.size] += restarts
+                restarts = counts
+            else:
+                restarts[:counts.size] += counts
+        recomputed += int(_i64(b, "num_recomputed_tokens").sum())
+        computed += int(_i64(b, "num_computed_tokens").sum())
+        parts["ttft"].append(first_tok[done] - arrival[done])
+        parts["e2el"].append(finish[done] - arrival[done])
+        parts["olen"].append(_i64(b, "output_len")[done])
+        parts["victim"].append(victim[done])
+    if not n_all:
+        start = end = 0.0
+    elif end == -math.inf:
+        end = start
+
+    def cat(name: str, dtype: type) -> np.ndarray:
+        return np.concatenate(parts[name]) if parts[name] else np.zeros(0, dtype=dtype)
+
+    return _Scalars(n_all, start, end, rejected, overloaded, aborted, unfinished, done_input,
+                    npre_sum,
+                    victims, npre_max, restarts, recomputed, computed, cat("ttft", np.float64),
+                    cat("e2el", np.float64), cat("olen", np.int64), cat("victim", bool))
+
+
+@dataclass(slots=True)
+class _CacheTotals:
+    hit_tokens: int = 0  # prefix-cache hits over all admissions
+    first_hit_tokens: int = 0  # hits at each request's first admission
+    admitted_prompt: int = 0  # prompt tokens of the requests ever admitted
+    computed_at_preemption: int = 0
+    recovered: int = 0  # see `_recovered`
+
+
+def _prefix_cache_totals(requests: RecordSource) -> _CacheTotals:
+    """Prefix-cache and recovery totals, one batch of list columns at a time."""
+    tot = _CacheTotals()
+    cols = ("num_preemptions", "prompt_len", "prefix_hit_tokens", "computed_at_preemption")
+    for b in requests.batches(cols, _LIST_BATCH_ROWS):
+        hits_col = b.column("prefix_hit_tokens")
+        offsets = np.asarray(hits_col.offsets.to_numpy(), dtype=np.int64)
+        hits = np.asarray(pc.list_flatten(hits_col).to_numpy(), dtype=np.int64)
+        lens = np.diff(offsets)
+        admitted = lens > 0
+        tot.hit_tokens += int(hits.sum())
+        tot.first_hit_tokens += int(hits[offsets[:-1][admitted] - offsets[0]].sum())
+        tot.admitted_prompt += int(_i64(b, "prompt_len")[admitted].sum())
+        at_pre = pc.list_flatten(b.column("computed_at_preemption")).to_numpy()
+        tot.computed_at_preemption += int(np.asarray(at_pre, dtype=np.int64).sum())
+        tot.recovered += _recovered(b)
+    return tot
+
+
+def _recovered(requests: pa.RecordBatch) -> int:
     """Tokens found cached at each readmission, each capped at what the victim had computed
     when that preemption happened (a shared prefix can return more than it lost)."""
     npre = _i64(requests, "num_preemptions")
     rows = np.flatnonzero(npre > 0)
     if rows.size == 0:
-        return 0.0
+        return 0
     sub = requests.take(pa.array(rows))
     total = 0
     for hits, lost in zip(sub.column("prefix_hit_tokens").to_pylist(),
                           sub.column("computed_at_preemption").to_pylist(), strict=True):
         total += sum(min(h, c) for h, c in zip(hits[1:], lost, strict=False))
-    return float(total)
+    return total
 
 
-def _occupancy(steps: pa.Table, capacity: int | None) -> dict[str, Any]:
+_STEP_COLUMNS = ("num_prefill_tokens", "num_decode_tokens", "kv_used_tokens",
+                 "num_scheduled_reqs", "duration_s", "num_running")
+
+
+def _step_totals(steps: RecordSource, capacity: int | None) -> dict[str, Any]:
+    """Prefill and decode totals, step count, and `_occupancy`, one batch at a time."""
+    n = prefill = decode = 0
+    kv_max = run_max = batch_max = 0
+    busy = kv_dur = batch_dur = kv_sum = batch_sum = 0.0
+    for b in steps.batches(_STEP_COLUMNS):
+        if not b.num_rows:
+            continue
+        n += b.num_rows
+        prefill += int(_i64(b, "num_prefill_tokens").sum())
+        decode += int(_i64(b, "num_decode_tokens").sum())
+        kv = _f64(b, "kv_used_tokens")
+        batch = _f64(b, "num_scheduled_reqs")
+        dur = _f64(b, "duration_s")
+        busy += float(dur.sum())
+        kv_dur += float((kv * dur).sum())
+        batch_dur += float((batch * dur).sum())
+        kv_sum += float(kv.sum())
+        batch_sum += float(batch.sum())
+        kv_max = max(kv_max, int(kv.max()))
+        batch_max = max(batch_max, int(batch.max()))
+        run_max = max(run_max, int(_i64(b, "num_running").max()))
+    out: dict[str, Any] = {"_prefill": prefill, "_decode": decode, "_num_steps": n}
+    out.update(_occupancy(n, kv_max, run_max, batch_max, busy, kv_dur, batch_dur, kv_sum,
+                          batch_sum, capacity))
+    return out
+
+
+def _occupancy(n: int, kv_max: int, run_max: int, batch_max: int, busy: float,
+               kv_dur: float, batch_dur: float, kv_sum: float, batch_sum: float,
+               capacity: int | None) -> dict[str, Any]:
     """KV slots and batch size: peaks, and means weighted by step duration (busy time)."""
     out: dict[str, Any] = {}
-    if not steps.num_rows:
+    if not n:
         out["max_kv_used_tokens"] = out["max_running_requests"] = 0
         out["mean_scheduled_reqs_per_step"] = out["mean_batch_size"] = 0.0
         out["max_batch_size"] = 0
         out["mean_kv_used_tokens"] = 0.0
         out["mean_kv_utilization"] = out["max_kv_utilization"] = 0.0 if capacity else None
         return out
-    kv = _f64(steps, "kv_used_tokens")
-    batch = _f64(steps, "num_scheduled_reqs")
-    dur = _f64(steps, "duration_s")
-    busy = float(dur.sum())
-
-    def tmean(x: np.ndarray) -> float:
-        return float((x * dur).sum() / busy) if busy > 0 else float(x.mean())
-
-    out["max_kv_used_tokens"] = int(kv.max())
-    out["mean_kv_used_tokens"] = tmean(kv)
-    out["max_running_requests"] = int(_i64(steps, "num_running").max())
-    out["mean_scheduled_reqs_per_step"] = float(batch.mean())
-    out["mean_batch_size"] = tmean(batch)
-    out["max_batch_size"] = int(batch.max())
-    out["mean_kv_utilization"] = _ratio(tmean(kv), capacity) if capacity else None
-    out["max_kv_utilization"] = _ratio(float(kv.max()), capacity) if capacity else None
+    kv_mean = kv_dur / busy if busy > 0 else kv_sum / n
+    out["max_kv_used_tokens"] = kv_max
+    out["mean_kv_used_tokens"] = kv_mean
+    out["max_running_requests"] = run_max
+    out["mean_scheduled_reqs_per_step"] = batch_sum / n
+    out["mean_batch_size"] = batch_dur / busy if busy > 0 else batch_sum / n
+    out["max_batch_size"] = batch_max
+    out["mean_kv_utilization"] = _ratio(kv_mean, capacity) if capacity else None
+    out["max_kv_utilization"] = _ratio(float(kv_max), capacity) if capacity else None
     return out
 
 
@@ -297,10 +473,15 @@ def step_series(steps: pa.Table, max_points: int = 2000) -> dict[str, np.ndarray
     return out
 
 
-def _max_tokens_per_second(requests: pa.Table, start: float) -> float:
+def _max_tokens_per_second(requests: RecordSource, start: float) -> float:
     """The most output tokens produced in any one-second window [start + k, start + k + 1)."""
-    times, _ = _flat_lists(requests, "token_times")
-    if times.size == 0:
-        return 0.0
-    bins = np.floor(times - start).astype(np.int64)
-    return float(np.bincount(bins - bins.min()).max())
+    counts: dict[int, int] = {}
+    for b in requests.batches(("token_times",), _LIST_BATCH_ROWS):
+        times = np.asarray(pc.list_flatten(b.column("token_times")).to_numpy(),
+                           dtype=np.float64)
+        if times.size == 0:
+            continue
+        bins, n = np.unique(np.floor(times - start).astype(np.int64), return_counts=True)
+        for k, c in zip(bins.tolist(), n.tolist(), strict=True):
+            counts[k] = counts.get(k, 0) + c
+    return float(max(counts.values())) if counts else 0.0

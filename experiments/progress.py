@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from engines.records import Recorder
 from schedulers.contract import (
     DecodeRun,
     DecodeRunStats,
-    Request,
     SchedulerStats,
     StepEvents,
     StepPlan,
@@ -42,20 +42,21 @@ def progress_enabled(mode: str, stream: Any = None) -> bool:
 class ProgressRecorder(Recorder):
     """A Recorder that shows requests done, the simulated clock and steps/s in a tqdm bar."""
 
-    def __init__(self, desc: str = "replay", every: int = 512) -> None:
-        super().__init__()
+    def __init__(self, desc: str = "replay", every: int = 512,
+                 spool: tuple[str | Path, str | Path] | None = None) -> None:
+        super().__init__(spool=spool)
         self._desc = desc
         self._every = every
         self._pending = 0
         self._done = 0
         self._bar: Any = None
 
-    def start(self, requests: Sequence[Request]) -> None:
-        """Open the bar with one unit per request."""
-        super().start(requests)
+    def start(self, total: int | None = None) -> None:
+        """Open the bar with one unit per request (`total`: how many, when known)."""
+        super().start(total)
         from tqdm import tqdm
 
-        self._bar = tqdm(total=len(requests), desc=self._desc, unit="req", leave=False,
+        self._bar = tqdm(total=total, desc=self._desc, unit="req", leave=False,
                          dynamic_ncols=True, file=sys.stderr)
         self._steps_at_refresh = 0
         self._wall_at_refresh = self._bar.format_dict["elapsed"]

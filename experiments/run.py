@@ -24,12 +24,13 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -46,10 +47,18 @@ from experiments.build import (
     cost_model_summary,
 )
 from experiments.config import explain_override_error, register_configs, to_container
-from experiments.metrics import compute_metrics
+from experiments.metrics import compute_metrics_from_files
 from experiments.progress import ProgressRecorder, progress_enabled
-from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_json, write_run
-from experiments.workloads import build_workload
+from experiments.sinks import (
+    REQUESTS_FILE,
+    STEPS_FILE,
+    SUMMARY_FILE,
+    commit_run,
+    temp_path,
+    write_json,
+    write_table,
+)
+from experiments.workloads import stream_workload
 from schedulers.contract import Request, Scheduler
 
 log = logging.getLogger(__name__)
@@ -151,11 +160,19 @@ def with_output_token_ids(table: pa.Table, requests: list[Request]) -> pa.Table:
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
                    run_name: str | None = None) -> dict[str, Any]:
     """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
-    `logger.name` is wandb, in `group` under `run_name`); returns the summary."""
+    `logger.name` is wandb, in `group` under `run_name`); returns the summary.
+
+    Requests are built as the clock reaches them and the records are spooled to hidden
+    temporary files in `out_dir` as the run goes (moved into place at the end, deleted on an
+    error), so memory holds only live requests; requests.parquet lists requests in the order
+    they ended (sort by arrival_time for arrival order)."""
     validate_run_config(cfg)
     seed = int(cfg.seed)
     kv_capacity = int(cfg.kv_capacity_tokens)
-    requests = build_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    real = str(cfg.executor.name) == "real"
+    # The real executor's tokens are read back from the requests: keep them (small runs).
+    requests: Iterable[Request] = list(stream) if real else stream
     admission = build_admission(cfg.get("admission"))
     max_len = cfg.get("max_model_len")
     scheduler = build_scheduler(cfg.scheduler, kv_capacity,
@@ -167,37 +184,45 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                               num_slots=kv_capacity + scheduler.page_size)
     show = progress_enabled(_progress_mode(cfg))
     check = invariant_check(scheduler) if cfg.get("check_invariants", False) else None
-    recorder = ProgressRecorder(desc=run_name or scheduler.name) if show else Recorder()
-    t0 = time.perf_counter()
+    spool = (temp_path(Path(out_dir) / REQUESTS_FILE), temp_path(Path(out_dir) / STEPS_FILE))
+    recorder = (ProgressRecorder(desc=run_name or scheduler.name, spool=spool) if show
+                else Recorder(spool=spool))
     try:
-        result = Engine(scheduler, executor, requests, recorder=recorder, check=check,
-                        admission=admission).run()
-    finally:
-        if isinstance(recorder, ProgressRecorder):
-            recorder.close()
-    wall = time.perf_counter() - t0
-    if str(cfg.executor.name) == "real":
-        result.requests = with_output_token_ids(result.requests, requests)
-    summary: dict[str, Any] = {
-        "status": "ok",
-        "config_hash": config_hash(cfg),
-        "scheduler": scheduler.name,
-        "executor": str(cfg.executor.name),
-        **cost_model_summary(cfg.executor),
-        "model": model.name,
-        "hardware": hardware.name,
-        "workload": str(cfg.workload.name),
-        "seed": seed,
-        "kv_capacity_tokens": kv_capacity,
-        **compute_metrics(result.requests, result.steps, slo_ms=_slo(cfg),
-                          kv_capacity_tokens=kv_capacity),
-    }
-    paths = write_run(out_dir, result.requests, result.steps, summary)
-    log.info("%d requests, %d steps replayed in %.2f s wall; wrote %s", len(requests),
+        t0 = time.perf_counter()
+        try:
+            result = Engine(scheduler, executor, requests, recorder=recorder, check=check,
+                            admission=admission).run()
+        finally:
+            if isinstance(recorder, ProgressRecorder):
+                recorder.close()
+        wall = time.perf_counter() - t0
+        if real:
+            assert isinstance(requests, list)
+            write_table(with_output_token_ids(pq.read_table(spool[0]), requests), spool[0])
+        summary: dict[str, Any] = {
+            "status": "ok",
+            "config_hash": config_hash(cfg),
+            "scheduler": scheduler.name,
+            "executor": str(cfg.executor.name),
+            **cost_model_summary(cfg.executor),
+            "model": model.name,
+            "hardware": hardware.name,
+            "workload": str(cfg.workload.name),
+            "seed": seed,
+            "kv_capacity_tokens": kv_capacity,
+            **compute_metrics_from_files(*spool, slo_ms=_slo(cfg),
+                                         kv_capacity_tokens=kv_capacity),
+        }
+        paths = commit_run(out_dir, spool[0], spool[1], summary)
+    except BaseException:
+        recorder.discard()
+        raise
+    log.info("%d requests, %d steps replayed in %.2f s wall; wrote %s", recorder.num_requests,
              result.num_steps, wall, ", ".join(str(p) for p in paths.values()))
     logger = as_dict(cfg.get("logger"))
     if logger.get("name") == "wandb":
-        _log_wandb(cfg, logger, summary, result.requests, result.steps, Path(out_dir), group,
+        _log_wandb(cfg, logger, summary, pq.read_table(paths["requests"]),
+                   pq.read_table(paths["steps"]), Path(out_dir), group,
                    run_name or scheduler.name)
     return summary
 

@@ -3,7 +3,9 @@
 `requests.parquet` and `steps.parquet` (pyarrow, the tables of `engines.records`) and
 `summary.json` (the metrics, sorted keys, NaN written as null). Each file is written to a
 temporary name in the same folder and moved into place with `os.replace`, so a reader never
-sees a half-written file. `write_text` and `atomic_path` do the same for reports and figures.
+sees a half-written file. A replay spools its parquet files under `temp_path` names as it runs
+and `commit_run` moves them into place, summary.json last. `write_text` and `atomic_path` do
+the same for reports and figures.
 """
 
 from __future__ import annotations
@@ -30,16 +32,29 @@ def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
         write(tmp)
 
 
+def temp_path(path: str | Path) -> Path:
+    """A fresh hidden temporary name next to `path` (`.NAME.<pid>.<id>.tmp`), its folder
+    created: write there, then `commit_file` it onto `path`."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    # A fresh name in the same folder (so os.replace is atomic), created with the umask's
+    # permissions (unlike mkstemp's 0600).
+    return p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+
+
+def commit_file(tmp: str | Path, path: str | Path) -> Path:
+    """Move the complete file `tmp` onto `path` atomically (same folder)."""
+    os.replace(tmp, path)
+    return Path(path)
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[str]:
     """A temporary file name next to `path`; on a clean exit it is moved onto `path`, on an
     error it is removed. (The name ends in .tmp: tell writers the format, e.g.
     `savefig(tmp, format="png")`.)"""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh name in the same folder (so os.replace is atomic), created with the umask's
-    # permissions (unlike mkstemp's 0600).
-    tmp = str(p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp"))
+    tmp = str(temp_path(p))
     try:
         yield tmp
         os.replace(tmp, p)
@@ -99,5 +114,17 @@ def write_run(out_dir: str | Path, requests: pa.Table, steps: pa.Table,
     return {
         "requests": write_table(requests, d / REQUESTS_FILE),
         "steps": write_table(steps, d / STEPS_FILE),
+        "summary": write_json(summary, d / SUMMARY_FILE),
+    }
+
+
+def commit_run(out_dir: str | Path, requests_tmp: str | Path, steps_tmp: str | Path,
+               summary: Mapping[str, Any]) -> dict[str, Path]:
+    """Move a run's complete spooled parquet files (written under `temp_path` names) into
+    place, then write summary.json (last: its presence means the run is complete)."""
+    d = Path(out_dir)
+    return {
+        "requests": commit_file(requests_tmp, d / REQUESTS_FILE),
+        "steps": commit_file(steps_tmp, d / STEPS_FILE),
         "summary": write_json(summary, d / SUMMARY_FILE),
     }

@@ -72,10 +72,13 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def request_frame(requests: pa.Table, max_rows: int) -> Any:
     """The per-request table for W&B: scalar columns, the latencies in ms, prefix hits and
-    the tokens computed at preemptions (sums), the first `max_rows` rows."""
+    the tokens computed at preemptions (sums), the first `max_rows` rows by arrival (a
+    run's requests.parquet lists requests in the order they ended)."""
     import pyarrow.compute as pc
 
-    t = requests.slice(0, max_rows)
+    order = pc.sort_indices(requests.select(["arrival_time"]),
+                            sort_keys=[("arrival_time", "ascending")])
+    t = requests.take(order.slice(0, max_rows))
     scalar = [f.name for f in t.schema if not pa.types.is_list(f.type)]
     df = t.select(scalar).to_pandas()
     arrival = df["arrival_time"].to_numpy()

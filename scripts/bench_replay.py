@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Replay speed of the simulated executor: whole traces through each scheduler.
 
-    python scripts/bench_replay.py [--traces azure_conv,mooncake] [--schedulers vllm,sglang]
-        [--max-requests N] [--kv-capacity-tokens 8192] [--repeat 1] [--profile OUT.prof]
+    python scripts/bench_replay.py [--traces azure_conv,mooncake,synthetic]
+        [--schedulers vllm,sglang] [--max-requests N] [--kv-capacity-tokens 8192]
+        [--records spool|memory] [--request-rate R] [--repeat 1] [--profile OUT.prof]
 
 For every (scheduler, trace) pair, one child process builds the workload as
 `experiments.run` does (the conf/workload/<trace>.yaml group, `max_requests` null: the whole
@@ -11,14 +12,22 @@ sim executor (llama3_8b on h200, roofline) with a KV pool of `--kv-capacity-toke
 (default per trace, small enough that vLLM preempts often), at the trace's load times
 RATE_SCALE and with max_model_len MAX_MODEL_LEN (both per trace, below), and reports:
 
-    requests/s   simulated requests per wall second of the replay (Engine.run, tables
-                 included; building the workload and importing libraries are not counted),
-                 and per CPU second
+`--traces synthetic` replays `--max-requests` (default 10,000) synthetic requests at
+`--request-rate` (default 8/s). `--records spool` (default) measures what experiments.run
+does: requests built as the clock reaches them, records streamed to parquet in a temporary
+folder, the summary computed from the files; `--records memory` builds every request and
+keeps the tables in memory (its digest compares with earlier versions of the harness).
+
+    requests/s   simulated requests per wall second of the replay: Engine.run, with (spool)
+                 the requests built as the clock reaches them and the records written to
+                 parquet; importing libraries and composing the config are not counted; and
+                 per CPU second
+    summary s    wall seconds to compute summary.json's metrics from the records afterwards
     peak RSS     the child's peak resident memory (resource.getrusage ru_maxrss), MiB
     evictions    preemptions (vLLM) / retractions (SGLang) in the run
     rejected     requests refused (a prompt the pool or the context length cannot hold)
-    digest       sha256 of the request and step tables (Arrow IPC): equal digests on a rerun
-                 mean the same results to the byte
+    digest       sha256 of the request and step tables (memory: Arrow IPC; spool: the
+                 parquet files): equal digests on a rerun mean the same results to the byte
 
 A child per pair keeps one replay's memory out of the next one's peak. `--repeat K` replays
 each pair K times (fresh children) and reports the median rate and whether every digest
@@ -48,6 +57,9 @@ TRACES = ("azure_conv", "mooncake")
 # Mooncake: ~15k, up to the 32k input cap).
 DEFAULT_KV_CAPACITY = {"azure_conv": 8192, "mooncake": 32768}
 SCHEDULERS = ("vllm", "sglang")
+# `--traces synthetic`: conf/workload/synthetic.yaml (lognormal lengths, mean 512 in / 256
+# out) with N = --max-requests requests at a rate both schedulers keep up with on the
+# default pool, so the number of live requests stays bounded however long the replay.
 # Load per trace (workload.rate_scale): at the recorded load Mooncake's long prompts rarely
 # overlap on a simulated H200; at 16x they queue and vLLM preempts (tens of times: outputs are
 # short next to the prompts, so decode growth seldom outruns the pool; SGLang's reservation
@@ -55,10 +67,12 @@ SCHEDULERS = ("vllm", "sglang")
 RATE_SCALE = {"azure_conv": 1.0, "mooncake": 16.0}
 # Context length per trace (max_model_len for both schedulers): every prompt the pool can hold.
 MAX_MODEL_LEN = {"azure_conv": 8192, "mooncake": 32768}
+DEFAULT_SYNTHETIC_REQUESTS = 10_000
+DEFAULT_SYNTHETIC_RATE = 8.0
 
 
 def compose(scheduler: str, trace: str, max_requests: int | None,
-            kv_capacity_tokens: int) -> Any:
+            kv_capacity_tokens: int, request_rate: float | None = None) -> Any:
     """The run config of `experiments.run` for this pair (Hydra compose, no job folder)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -69,10 +83,17 @@ def compose(scheduler: str, trace: str, max_requests: int | None,
     register_configs()
     os.environ.setdefault("SCHEDBENCH_TRACE_DIR", str(DEFAULT_TRACE_DIR))
     overrides = [f"scheduler={scheduler}", f"workload={trace}", "executor=sim",
-                 f"workload.rate_scale={RATE_SCALE.get(trace, 1.0)}",
-                 f"max_model_len={MAX_MODEL_LEN.get(trace, 'null')}",
-                 f"workload.max_requests={'null' if max_requests is None else max_requests}",
                  f"kv_capacity_tokens={kv_capacity_tokens}", "progress=off"]
+    if trace == "synthetic":
+        overrides.append(f"workload.num_requests={max_requests or DEFAULT_SYNTHETIC_REQUESTS}")
+        overrides.append(f"workload.request_rate={request_rate or DEFAULT_SYNTHETIC_RATE}")
+    else:
+        overrides.append(
+            f"workload.max_requests={'null' if max_requests is None else max_requests}")
+        overrides.append(f"workload.rate_scale={RATE_SCALE.get(trace, 1.0)}")
+        overrides.append(f"max_model_len={MAX_MODEL_LEN.get(trace, 'null')}")
+        if request_rate is not None:
+            raise SystemExit("bench_replay: --request-rate is for --traces synthetic")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         return hydra_compose(config_name="config", overrides=overrides)
@@ -91,21 +112,71 @@ def table_digest(*tables: Any) -> str:
     return h.hexdigest()
 
 
-def replay_once(scheduler: str, trace: str, max_requests: int | None,
-                kv_capacity_tokens: int) -> dict[str, Any]:
-    """Build and replay one pair in this process; the measurements as a dict."""
+def _replay_memory(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:
+    """Today's in-memory path: the whole workload as a list, tables built at the end."""
     from engines.engine import Engine
-    from experiments.build import (
-        as_dict,
-        build_executor,
-        build_hardware,
-        build_model,
-        build_scheduler,
-    )
+    from experiments.build import as_dict
     from experiments.workloads import build_workload
 
-    cfg = compose(scheduler, trace, max_requests, kv_capacity_tokens)
     requests = build_workload(as_dict(cfg.workload), int(cfg.seed))
+    w0, c0 = time.perf_counter(), time.process_time()
+    result = Engine(sched, executor, requests).run()
+    reqs, steps = result.requests, result.steps
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    reasons = reqs.column("finish_reason").to_pylist()
+    return {"requests": len(requests), "steps": result.num_steps,
+            "evictions": int(sum(reqs.column("num_preemptions").to_pylist())),
+            "rejected": sum(1 for r in reasons if r.startswith("rejected")),
+            "sim_duration_s": result.duration_s, "wall_s": wall, "cpu_s": cpu,
+            "summary_s": 0.0, "digest": table_digest(reqs, steps)}
+
+
+def _file_digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _replay_spool(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:
+    """What experiments.run does: a lazy workload, records spooled to parquet, the summary
+    computed from the files."""
+    import tempfile
+
+    from engines.engine import Engine
+    from engines.records import Recorder
+    from experiments.build import as_dict
+    from experiments.metrics import compute_metrics_from_files
+    from experiments.workloads import stream_workload
+
+    stream = stream_workload(as_dict(cfg.workload), int(cfg.seed))
+    with tempfile.TemporaryDirectory(prefix="bench_replay.") as d:
+        spool = (Path(d) / "requests.parquet", Path(d) / "steps.parquet")
+        w0, c0 = time.perf_counter(), time.process_time()
+        result = Engine(sched, executor, stream, recorder=Recorder(spool=spool)).run()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        m = compute_metrics_from_files(*spool)
+        summary_s = time.perf_counter() - w0 - wall
+        return {"requests": len(stream), "steps": result.num_steps,
+                "evictions": int(m["num_preemptions"]),
+                "rejected": int(m["rejected"]) + int(m["rejected_503"]),
+                "sim_duration_s": result.duration_s, "wall_s": wall, "cpu_s": cpu,
+                "summary_s": summary_s, "digest": _file_digest(*spool)}
+
+
+def replay_once(scheduler: str, trace: str, max_requests: int | None,
+                kv_capacity_tokens: int, records: str = "spool",
+                request_rate: float | None = None) -> dict[str, Any]:
+    """Build and replay one pair in this process; the measurements as a dict.
+
+    `records`: "spool" (as experiments.run: lazy requests, parquet spool, metrics from the
+    files; digest of the files) or "memory" (the whole list, in-memory tables; digest of the
+    tables, comparable across versions)."""
+    from experiments.build import build_executor, build_hardware, build_model, build_scheduler
+
+    cfg = compose(scheduler, trace, max_requests, kv_capacity_tokens, request_rate)
     max_len = cfg.get("max_model_len")
     sched = build_scheduler(cfg.scheduler, kv_capacity_tokens,
                             int(max_len) if max_len is not None else None)
@@ -116,37 +187,40 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
 
     pa.array([0.0]).to_pandas()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    w0, c0 = time.perf_counter(), time.process_time()
-    result = Engine(sched, executor, requests).run()
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    run = _replay_spool if records == "spool" else _replay_memory
+    row = run(cfg, sched, executor)
+    wall, cpu = row["wall_s"], row["cpu_s"]
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    n = len(requests)
-    preempt = result.requests.column("num_preemptions").to_pylist()
+    n = row["requests"]
     return {
         "scheduler": scheduler,
         "trace": trace,
+        "records": records,
         "requests": n,
-        "steps": result.num_steps,
-        "evictions": int(sum(preempt)),
-        "rejected": sum(1 for r in result.requests.column("finish_reason").to_pylist()
-                        if r.startswith("rejected")),
+        "steps": row["steps"],
+        "evictions": row["evictions"],
+        "rejected": row["rejected"],
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
+        "summary_s": round(row["summary_s"], 3),
         "req_per_wall_s": round(n / wall, 1),
         "req_per_cpu_s": round(n / cpu, 1),
         "peak_rss_mib": round(rss_peak / 1024, 1),
         "rss_before_replay_mib": round(rss_before / 1024, 1),
-        "sim_duration_s": round(result.duration_s, 3),
-        "digest": table_digest(result.requests, result.steps),
+        "sim_duration_s": round(row["sim_duration_s"], 3),
+        "digest": row["digest"],
     }
 
 
 def run_child(scheduler: str, trace: str, max_requests: int | None,
-              kv_capacity_tokens: int) -> dict[str, Any]:
+              kv_capacity_tokens: int, records: str = "spool",
+              request_rate: float | None = None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", "--schedulers", scheduler, "--traces", trace,
-           "--kv-capacity-tokens", str(kv_capacity_tokens)]
+           "--kv-capacity-tokens", str(kv_capacity_tokens), "--records", records]
     if max_requests is not None:
         cmd += ["--max-requests", str(max_requests)]
+    if request_rate is not None:
+        cmd += ["--request-rate", str(request_rate)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
@@ -164,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv-capacity-tokens", type=int, default=None,
                     help="KV slots (default per trace: " + ", ".join(
                         f"{k} {v}" for k, v in DEFAULT_KV_CAPACITY.items()) + ")")
+    ap.add_argument("--records", choices=("spool", "memory"), default="spool",
+                    help="spool: as experiments.run (lazy requests, records streamed to "
+                         "parquet, metrics from the files); memory: all requests and "
+                         "tables in memory (digests comparable across versions)")
+    ap.add_argument("--request-rate", type=float, default=None,
+                    help=f"requests/s of --traces synthetic (default {DEFAULT_SYNTHETIC_RATE})")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--profile", default=None, help="cProfile one pair in-process to this file")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
@@ -176,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.kv_capacity_tokens or DEFAULT_KV_CAPACITY.get(trace, 16384))
 
     if args.child:
-        print(json.dumps(replay_once(scheds[0], traces[0], args.max_requests, kv(traces[0]))))
+        print(json.dumps(replay_once(scheds[0], traces[0], args.max_requests, kv(traces[0]),
+                                     args.records, args.request_rate)))
         return 0
     if args.profile:
         import cProfile
@@ -184,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
 
         prof = cProfile.Profile()
         prof.enable()
-        row = replay_once(scheds[0], traces[0], args.max_requests, kv(traces[0]))
+        row = replay_once(scheds[0], traces[0], args.max_requests, kv(traces[0]),
+                                     args.records, args.request_rate)
         prof.disable()
         prof.dump_stats(args.profile)
         print(json.dumps(row))
@@ -192,11 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     rows: list[dict[str, Any]] = []
-    print(f"{'trace':<11} {'scheduler':<7} {'requests':>8} {'steps':>8} {'evict':>7} {'rej':>5} "
-          f"{'req/wall s':>10} {'req/cpu s':>10} {'peak MiB':>9}  same")
+    print(f"{'trace':<11} {'scheduler':<7} {'requests':>8} {'steps':>8} {'evict':>7} "
+          f"{'rej':>5} {'req/wall s':>10} {'req/cpu s':>10} {'summary s':>9} "
+          f"{'peak MiB':>9}  same")
     for trace in traces:
         for sched in scheds:
-            runs = [run_child(sched, trace, args.max_requests, kv(trace))
+            runs = [run_child(sched, trace, args.max_requests, kv(trace), args.records,
+                              args.request_rate)
                     for _ in range(args.repeat)]
             row = dict(runs[0])
             row["req_per_wall_s"] = statistics.median(r["req_per_wall_s"] for r in runs)
@@ -206,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{trace:<11} {sched:<7} {row['requests']:>8} {row['steps']:>8} "
                   f"{row['evictions']:>7} {row['rejected']:>5} {row['req_per_wall_s']:>10.0f} "
-                  f"{row['req_per_cpu_s']:>10.0f} {row['peak_rss_mib']:>9.1f}  "
+                  f"{row['req_per_cpu_s']:>10.0f} {row['summary_s']:>9.1f} "
+                  f"{row['peak_rss_mib']:>9.1f}  "
                   f"{'yes' if row['same_digest'] else 'NO'}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")

@@ -14,7 +14,7 @@ from fcfs_double import FcfsScheduler
 from engines.engine import DeadlockError, Engine, StepLimitError
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
-from engines.records import REQUEST_SCHEMA, STEP_SCHEMA, Recorder
+from engines.records import REQUEST_SCHEMA, STEP_SCHEMA
 from experiments.sinks import write_table
 from experiments.workloads import LengthDist, SyntheticWorkload, generate_synthetic
 from schedulers.contract import (
@@ -223,7 +223,31 @@ def test_used_requests_are_refused() -> None:
 
 def test_duplicate_ids_are_refused() -> None:
     with pytest.raises(ValueError, match=r"duplicate request ids: r0"):
-        Recorder().start([req(0, 4, 1), req(0, 4, 1)])
+        Engine(FcfsScheduler(256), sim(), [req(0, 4, 1), req(0, 4, 1)])
+    # a lazily pulled stream is checked against the requests still live
+    with pytest.raises(ValueError, match=r"duplicate request ids: r0 .* still live"):
+        Engine(FcfsScheduler(256), sim(), iter([req(0, 4, 8), req(0, 4, 1)])).run()
+
+
+def test_a_stream_is_pulled_lazily_and_must_be_in_arrival_order() -> None:
+    pulled: list[str] = []
+
+    def stream():  # type: ignore[no-untyped-def]
+        for k, t in enumerate((0.0, 0.5, 100.0)):
+            pulled.append(f"r{k}")
+            yield req(k, 4, 2, t=t)
+
+    eng = Engine(FcfsScheduler(256), sim(), stream())
+    assert pulled == ["r0"]  # one request ahead of the clock
+    res = eng.run()
+    assert res.requests.column("request_id").to_pylist() == ["r0", "r1", "r2"]
+    a = Engine(FcfsScheduler(256), sim(), [req(0, 4, 2), req(1, 4, 2, t=0.5),
+                                          req(2, 4, 2, t=100.0)]).run()
+    assert a.requests.equals(res.requests) and a.steps.equals(res.steps)
+    backwards = iter([req(0, 4, 2, t=1.0), req(1, 4, 2, t=0.25)])
+    with pytest.raises(ValueError, match=r"arrival order: 'r1' arrives at t=0.25, before "
+                                         r"'r0' .*t=1.0"):
+        Engine(FcfsScheduler(256), sim(), backwards).run()
 
 
 @pytest.mark.parametrize("name", list(SCHEDULERS))

@@ -9,7 +9,11 @@ from schedulers.contract import Request, StepPlan, StepResult
 
 @runtime_checkable
 class Executor(Protocol):
-    """Runs one `StepPlan` and returns the sampled tokens and the step's duration."""
+    """Runs one `StepPlan` and returns the sampled tokens and the step's duration.
+
+    An executor that keeps per-request state may also define `release(request_id)`: the
+    engine calls it once the request has ended, so that state need not outlive it.
+    """
 
     def register(self, request: Request) -> None:
         """Learn a request at its arrival (before any plan names it)."""

@@ -42,7 +42,8 @@ class SimExecutor:
 
     `cost_model` defaults to `RooflineCostModel(model, hardware, step_overhead_s,
     flops_efficiency, bandwidth_efficiency)` (see its docstring for the formula).
-    A request's index is `i` for an id `r<i>`, else its registration order.
+    A request's index is `i` for an id `r<i>`, else its registration order. `release`
+    forgets an ended request, so memory holds only live ones.
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, step_overhead_s: float = 0.0,
@@ -54,6 +55,7 @@ class SimExecutor:
             model, hardware, step_overhead_s=step_overhead_s,
             flops_efficiency=flops_efficiency, bandwidth_efficiency=bandwidth_efficiency)
         self._requests: dict[str, _Registered] = {}
+        self._num_registered = 0
 
     def register(self, request: Request) -> None:
         """Record the request's index, prompt length, EOS length and EOS token."""
@@ -61,7 +63,8 @@ class SimExecutor:
         if rid in self._requests:
             raise ValueError(f"sim executor: request {rid!r} registered twice")
         m = _INDEXED_ID.fullmatch(rid)
-        index = int(m.group(1)) if m else len(self._requests)
+        index = int(m.group(1)) if m else self._num_registered
+        self._num_registered += 1
         eos_len = request.eos_output_len
         self._requests[rid] = _Registered(
             index=index,
@@ -69,6 +72,10 @@ class SimExecutor:
             eos_output_len=eos_len if eos_len is not None else request.max_tokens,
             eos_token_id=request.eos_token_id,
         )
+
+    def release(self, request_id: str) -> None:
+        """Forget a request that has ended (the engine calls this; unknown ids are fine)."""
+        self._requests.pop(request_id, None)
 
     def token_for(self, request_id: str, seq_len: int) -> int:
         """The token sampled for `request_id` after a chunk ending at sequence length `seq_len`."""

@@ -1,6 +1,7 @@
-"""Workloads: lists of contract `Request`s with arrival times, built from a config mapping.
+"""Workloads: contract `Request`s with arrival times, built from a config mapping.
 
-`build_workload(cfg, seed)` dispatches on `cfg["name"]`:
+`stream_workload(cfg, seed)` (a lazy `RequestStream`: the count up front, each request built
+when pulled) and `build_workload(cfg, seed)` (the whole list) dispatch on `cfg["name"]`:
 - `synthetic`: Poisson / gamma arrivals, drawn lengths (`synthetic.py`);
 - `shared_prefix`: SGLang's generated shared-prefix benchmark (`shared_prefix.py`);
 - `multi_turn`: conversations that grow a shared history (`multi_turn.py`);
@@ -9,7 +10,8 @@
   (`datasets_source.py`).
 Trace workloads share the transforms of `transforms.py` (time window, first N, prompt-length
 limit, rate scaling, `max_tokens` policy). Every generator is deterministic in its seed (the
-run's `seed` when the workload's own is null).
+run's `seed` when the workload's own is null). `shared_prefix` and `multi_turn` build their
+whole list (prompts share a history); the others are lazy.
 """
 
 from __future__ import annotations
@@ -18,32 +20,36 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from experiments.workloads.arrivals import arrival_times
-from experiments.workloads.datasets_source import LengthsWorkload, lengths_from_config
+from experiments.workloads.datasets_source import LengthsWorkload, lengths_stream
 from experiments.workloads.lengths import DISTRIBUTIONS, LengthDist
 from experiments.workloads.multi_turn import MultiTurnWorkload, multi_turn_from_config
+from experiments.workloads.parse import parse_params
 from experiments.workloads.replay import (
     AzureWorkload,
     MooncakeWorkload,
-    azure_from_config,
-    mooncake_from_config,
+    azure_stream_from_config,
+    mooncake_stream_from_config,
 )
 from experiments.workloads.shared_prefix import SharedPrefixWorkload, shared_prefix_from_config
+from experiments.workloads.stream import RequestStream, list_stream
 from experiments.workloads.synthetic import (
     SyntheticWorkload,
     generate_synthetic,
     synthetic_from_config,
+    synthetic_stream,
 )
 from experiments.workloads.transforms import ReplayOptions
 from schedulers.contract import Request
 
-GENERATORS: dict[str, Callable[[Mapping[str, Any], int | None], list[Request]]] = {
-    "synthetic": lambda cfg, seed: generate_synthetic(synthetic_from_config(cfg, seed)),
-    "shared_prefix": shared_prefix_from_config,
-    "multi_turn": multi_turn_from_config,
-    "azure": azure_from_config,
-    "mooncake": mooncake_from_config,
-    "lengths": lengths_from_config,
+STREAMS: dict[str, Callable[[Mapping[str, Any], int | None], RequestStream]] = {
+    "synthetic": lambda cfg, seed: synthetic_stream(synthetic_from_config(cfg, seed)),
+    "shared_prefix": lambda cfg, seed: list_stream(lambda: shared_prefix_from_config(cfg, seed)),
+    "multi_turn": lambda cfg, seed: list_stream(lambda: multi_turn_from_config(cfg, seed)),
+    "azure": azure_stream_from_config,
+    "mooncake": mooncake_stream_from_config,
+    "lengths": lambda cfg, seed: lengths_stream(parse_params(LengthsWorkload, cfg, seed)),
 }
+GENERATORS = STREAMS  # the former name
 
 # name -> the dataclass of its parameters (the structured config schemas mirror these)
 PARAMS: dict[str, type] = {
@@ -56,17 +62,38 @@ PARAMS: dict[str, type] = {
 }
 
 
-def build_workload(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:
-    """The requests of the workload config `cfg` (its `name` picks the generator)."""
+def stream_workload(cfg: Mapping[str, Any], seed: int | None = None) -> RequestStream:
+    """The requests of the workload config `cfg` as a lazy stream in arrival order (its
+    `name` picks the generator); trace files are read and validated now."""
     name = cfg.get("name")
-    if name not in GENERATORS:
-        raise ValueError(f"workload.name={name!r}: unknown; valid: {', '.join(GENERATORS)}")
-    return GENERATORS[name](cfg, seed)
+    if name not in STREAMS:
+        raise ValueError(f"workload.name={name!r}: unknown; valid: {', '.join(STREAMS)}")
+    return STREAMS[name](cfg, seed)
+
+
+def build_workload(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:
+    """The requests of the workload config `cfg`, all built, in arrival order."""
+    return list(stream_workload(cfg, seed))
 
 
 __all__ = [
-    "DISTRIBUTIONS", "GENERATORS", "PARAMS", "AzureWorkload", "LengthDist", "LengthsWorkload",
-    "MooncakeWorkload", "MultiTurnWorkload", "ReplayOptions", "SharedPrefixWorkload",
-    "SyntheticWorkload", "arrival_times", "build_workload", "generate_synthetic",
+    "DISTRIBUTIONS",
+    "GENERATORS",
+    "PARAMS",
+    "STREAMS",
+    "AzureWorkload",
+    "LengthDist",
+    "LengthsWorkload",
+    "MooncakeWorkload",
+    "MultiTurnWorkload",
+    "ReplayOptions",
+    "RequestStream",
+    "SharedPrefixWorkload",
+    "SyntheticWorkload",
+    "arrival_times",
+    "build_workload",
+    "generate_synthetic",
+    "stream_workload",
     "synthetic_from_config",
+    "synthetic_stream",
 ]

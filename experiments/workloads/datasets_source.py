@@ -24,7 +24,8 @@ import numpy as np
 from experiments.traces import TraceError, TraceRecord
 from experiments.workloads.arrivals import arrival_times, check_rate
 from experiments.workloads.parse import parse_params
-from experiments.workloads.replay import build_requests, random_prompts, trace_path
+from experiments.workloads.replay import random_prompts, request_stream, trace_path
+from experiments.workloads.stream import RequestStream
 from experiments.workloads.transforms import ReplayOptions, apply_transforms
 from schedulers.contract import Request
 
@@ -150,6 +151,12 @@ def read_lengths(w: LengthsWorkload, limit: int | None = None) -> Iterator[Trace
 
 def lengths_workload(w: LengthsWorkload) -> list[Request]:
     """The requests of a length-only dataset with synthetic arrivals."""
+    return list(lengths_stream(w))
+
+
+def lengths_stream(w: LengthsWorkload) -> RequestStream:
+    """The requests of a length-only dataset with synthetic arrivals, built lazily (the
+    dataset's lengths are read now)."""
     early_stop = w.time_window is None and (w.max_input_len is None
                                             or w.long_inputs == "clip")
     recs = list(read_lengths(w, w.max_requests if early_stop else None))
@@ -157,7 +164,7 @@ def lengths_workload(w: LengthsWorkload) -> list[Request]:
     times = arrival_times(rng, len(recs), w.request_rate, w.burstiness)
     recs = [TraceRecord(float(t), r.input_length, r.output_length)
             for t, r in zip(times, recs, strict=True)]
-    return build_requests(apply_transforms(recs, w), w, random_prompts(w))
+    return request_stream(apply_transforms(recs, w), w, lambda: random_prompts(w))
 
 
 def lengths_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:

@@ -17,7 +17,8 @@ the requests of a tick uniformly over it (seeded, order kept).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,13 @@ from experiments.traces import (
     spread_ticks,
 )
 from experiments.workloads.parse import parse_params
+from experiments.workloads.stream import RequestStream, ordered_stream
 from experiments.workloads.tokens import random_tokens
 from experiments.workloads.transforms import ReplayOptions, apply_transforms, output_spec
 from schedulers.contract import Request
 
 TRACE_DIR_ENV = "SCHEDBENCH_TRACE_DIR"
+MAX_CACHED_BLOCKS = 4096  # Mooncake blocks kept built (512 tokens each) while replaying
 DEFAULT_TRACE_DIR = "data/traces"
 
 
@@ -81,61 +84,109 @@ class MooncakeWorkload(ReplayOptions):
             raise ValueError(f"workload: tick_s={self.tick_s!r}: must be positive (or null)")
 
 
+PromptFn = Callable[[int, TraceRecord], list[int]]
+
+
+def request_stream(records: Sequence[TraceRecord], opts: ReplayOptions,
+                   prompts: Callable[[], PromptFn]) -> RequestStream:
+    """Requests `r0 ..` from transformed records, built lazily; `prompts()` gives a fresh
+    prompt function `prompt(i, record)` per iteration (seeded state starts afresh)."""
+    recs = list(records)
+
+    def make() -> Iterator[Request]:
+        prompt = prompts()
+        for i, rec in enumerate(recs):
+            spec = output_spec(rec.output_length, opts.max_tokens_policy, opts.max_tokens)
+            yield Request(
+                request_id=f"r{i}",
+                prompt_token_ids=prompt(i, rec),
+                max_tokens=spec.max_tokens,
+                arrival_time=rec.arrival_s,
+                ignore_eos=spec.ignore_eos,
+                eos_output_len=spec.eos_output_len,
+                eos_token_id=opts.eos_token_id,
+            )
+
+    arrivals = np.fromiter((r.arrival_s for r in recs), dtype=np.float64, count=len(recs))
+    return ordered_stream(len(recs), make, arrivals)
+
+
 def build_requests(records: Sequence[TraceRecord], opts: ReplayOptions,
-                   prompt: Callable[[int, TraceRecord], list[int]]) -> list[Request]:
+                   prompt: PromptFn) -> list[Request]:
     """Requests `r0 ..` from transformed records; `prompt(i, record)` gives the token ids."""
-    reqs: list[Request] = []
-    for i, rec in enumerate(records):
-        spec = output_spec(rec.output_length, opts.max_tokens_policy, opts.max_tokens)
-        reqs.append(Request(
-            request_id=f"r{i}",
-            prompt_token_ids=prompt(i, rec),
-            max_tokens=spec.max_tokens,
-            arrival_time=rec.arrival_s,
-            ignore_eos=spec.ignore_eos,
-            eos_output_len=spec.eos_output_len,
-            eos_token_id=opts.eos_token_id,
-        ))
-    return reqs
+    return list(request_stream(records, opts, lambda: prompt).make())
 
 
-def random_prompts(opts: ReplayOptions) -> Callable[[int, TraceRecord], list[int]]:
+def random_prompts(opts: ReplayOptions) -> PromptFn:
     """Seeded random prompt ids of each record's length, drawn in request order."""
     rng = np.random.default_rng(np.random.SeedSequence(opts.seed).spawn(2)[1])
     return lambda _i, rec: random_tokens(rng, rec.input_length, opts.vocab_size)
 
 
+def azure_stream(w: AzureWorkload) -> RequestStream:
+    """The requests of an Azure trace replay, built lazily (the trace is read and validated
+    now)."""
+    records = list(read_trace("azure", trace_path(w.trace_dir, w.file)))
+    return request_stream(apply_transforms(records, w), w, lambda: random_prompts(w))
+
+
 def azure_workload(w: AzureWorkload) -> list[Request]:
     """The requests of an Azure trace replay."""
-    records = list(read_trace("azure", trace_path(w.trace_dir, w.file)))
-    return build_requests(apply_transforms(records, w), w, random_prompts(w))
+    return list(azure_stream(w))
 
 
-def mooncake_workload(w: MooncakeWorkload) -> list[Request]:
-    """The requests of a Mooncake trace replay."""
+def mooncake_stream(w: MooncakeWorkload) -> RequestStream:
+    """The requests of a Mooncake trace replay, built lazily (the trace is read and validated
+    now)."""
     records: Sequence[TraceRecord] = list(read_trace("mooncake", trace_path(w.trace_dir,
                                                                             w.file)))
     if w.tick_s is not None:
         records = list(spread_ticks(records, w.tick_s, w.seed))
     records = apply_transforms(records, w)
     if not w.share_prefixes:
-        return build_requests(records, w, random_prompts(w))
-    blocks: dict[int, list[int]] = {}
+        return request_stream(records, w, lambda: random_prompts(w))
 
-    def prompt(_i: int, rec: TraceRecord) -> list[int]:
-        tokens: list[int] = []
-        for hid in rec.hash_ids or ():
-            block = blocks.get(hid)
-            if block is None:
-                block = blocks[hid] = mooncake_block_tokens(hid, MOONCAKE_BLOCK_TOKENS,
-                                                            w.vocab_size)
-            tokens.extend(block)
-            if len(tokens) >= rec.input_length:
-                break
-        del tokens[rec.input_length:]
-        return tokens
+    def prompts() -> PromptFn:
+        # Recently used blocks only: a block's tokens are a pure function of its id, so the
+        # bound changes memory, not prompts.
+        blocks: OrderedDict[int, list[int]] = OrderedDict()
 
-    return build_requests(records, w, prompt)
+        def prompt(_i: int, rec: TraceRecord) -> list[int]:
+            tokens: list[int] = []
+            for hid in rec.hash_ids or ():
+                block = blocks.get(hid)
+                if block is None:
+                    block = blocks[hid] = mooncake_block_tokens(hid, MOONCAKE_BLOCK_TOKENS,
+                                                                w.vocab_size)
+                    if len(blocks) > MAX_CACHED_BLOCKS:
+                        blocks.popitem(last=False)
+                else:
+                    blocks.move_to_end(hid)
+                tokens.extend(block)
+                if len(tokens) >= rec.input_length:
+                    break
+            del tokens[rec.input_length:]
+            return tokens
+
+        return prompt
+
+    return request_stream(records, w, prompts)
+
+
+def mooncake_workload(w: MooncakeWorkload) -> list[Request]:
+    """The requests of a Mooncake trace replay."""
+    return list(mooncake_stream(w))
+
+
+def azure_stream_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> RequestStream:
+    """The lazy workload of a `name: azure` config mapping."""
+    return azure_stream(parse_params(AzureWorkload, cfg, seed))
+
+
+def mooncake_stream_from_config(cfg: Mapping[str, Any], seed: int | None = None
+                                ) -> RequestStream:
+    """The lazy workload of a `name: mooncake` config mapping."""
+    return mooncake_stream(parse_params(MooncakeWorkload, cfg, seed))
 
 
 def azure_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:

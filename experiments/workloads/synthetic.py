@@ -13,7 +13,7 @@ the length distribution does not move the arrivals.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import numpy as np
 from experiments.workloads.arrivals import arrival_times, check_rate
 from experiments.workloads.lengths import LengthDist
 from experiments.workloads.parse import parse_params
+from experiments.workloads.stream import RequestStream, ordered_stream
 from experiments.workloads.tokens import LOW_TOKEN_ID, random_tokens
 from schedulers.contract import DEFAULT_EOS_TOKEN_ID, Request
 
@@ -74,44 +75,52 @@ def synthetic_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> Sy
     return parse_params(SyntheticWorkload, cfg, seed)
 
 
-def generate_synthetic(w: SyntheticWorkload) -> list[Request]:
-    """The requests `r0 .. r{n-1}` of a synthetic workload, in arrival order."""
+def synthetic_stream(w: SyntheticWorkload) -> RequestStream:
+    """The requests `r0 .. r{n-1}` of a synthetic workload, in arrival order, built lazily
+    (arrivals and lengths are drawn up front; each prompt when its request is pulled)."""
     s_arr, s_len, s_tok, s_pre = np.random.SeedSequence(w.seed).spawn(4)
     n = w.num_requests
     arrivals = arrival_times(np.random.default_rng(s_arr), n, w.request_rate, w.burstiness)
-    rng_len = np.random.default_rng(s_len)
-    prompt_lens = w.prompt_len.sample(rng_len, n)
-    output_lens = w.output_len.sample(rng_len, n)
-    rng_tok = np.random.default_rng(s_tok)
-    low = LOW_TOKEN_ID
-    prefixes: list[list[int]] = []
-    groups = np.zeros(n, dtype=np.int64)
-    if w.shared_prefix_len > 0:
-        rng_pre = np.random.default_rng(s_pre)
-        prefixes = [rng_pre.integers(low, w.vocab_size, size=w.shared_prefix_len).tolist()
-                    for _ in range(w.num_prefix_groups)]
-        groups = rng_pre.integers(0, w.num_prefix_groups, size=n)
-    reqs: list[Request] = []
-    for i in range(n):
-        plen = int(prompt_lens[i])
-        olen = int(output_lens[i])
-        if prefixes:
-            plen = max(plen, w.shared_prefix_len + 1)
-            prompt = prefixes[int(groups[i])] + random_tokens(
-                rng_tok, plen - w.shared_prefix_len, w.vocab_size)
-        else:
-            prompt = random_tokens(rng_tok, plen, w.vocab_size)
-        if w.mode == "fixed":
-            max_tokens, ignore_eos = olen, True
-        else:
-            max_tokens, ignore_eos = int(w.max_tokens or olen), False
-        reqs.append(Request(
-            request_id=f"r{i}",
-            prompt_token_ids=prompt,
-            max_tokens=max_tokens,
-            arrival_time=float(arrivals[i]),
-            ignore_eos=ignore_eos,
-            eos_output_len=olen,
-            eos_token_id=w.eos_token_id,
-        ))
-    return reqs
+
+    def make() -> Iterator[Request]:
+        rng_len = np.random.default_rng(s_len)
+        prompt_lens = w.prompt_len.sample(rng_len, n)
+        output_lens = w.output_len.sample(rng_len, n)
+        rng_tok = np.random.default_rng(s_tok)
+        low = LOW_TOKEN_ID
+        prefixes: list[list[int]] = []
+        groups = np.zeros(n, dtype=np.int64)
+        if w.shared_prefix_len > 0:
+            rng_pre = np.random.default_rng(s_pre)
+            prefixes = [rng_pre.integers(low, w.vocab_size, size=w.shared_prefix_len).tolist()
+                        for _ in range(w.num_prefix_groups)]
+            groups = rng_pre.integers(0, w.num_prefix_groups, size=n)
+        for i in range(n):
+            plen = int(prompt_lens[i])
+            olen = int(output_lens[i])
+            if prefixes:
+                plen = max(plen, w.shared_prefix_len + 1)
+                prompt = prefixes[int(groups[i])] + random_tokens(
+                    rng_tok, plen - w.shared_prefix_len, w.vocab_size)
+            else:
+                prompt = random_tokens(rng_tok, plen, w.vocab_size)
+            if w.mode == "fixed":
+                max_tokens, ignore_eos = olen, True
+            else:
+                max_tokens, ignore_eos = int(w.max_tokens or olen), False
+            yield Request(
+                request_id=f"r{i}",
+                prompt_token_ids=prompt,
+                max_tokens=max_tokens,
+                arrival_time=float(arrivals[i]),
+                ignore_eos=ignore_eos,
+                eos_output_len=olen,
+                eos_token_id=w.eos_token_id,
+            )
+
+    return ordered_stream(n, make, np.asarray(arrivals, dtype=np.float64))
+
+
+def generate_synthetic(w: SyntheticWorkload) -> list[Request]:
+    """The requests `r0 .. r{n-1}` of a synthetic workload, in arrival order."""
+    return list(synthetic_stream(w).make())

@@ -1,13 +1,13 @@
 """Per-request and per-step records of an engine run (DESIGN.md, "Metrics").
 
-`Recorder` keeps the state of live requests in dicts keyed by arrival number while the engine
-runs; a request's row leaves memory once it has ended (`release_ended`), in batches of Arrow
-record batches that go to a sink (`engines.record_sinks`): kept in memory (`spool=None`, the
+`Recorder` keeps the state of each live request in one object while the engine runs; a
+request's row leaves memory once it has ended (`release_ended`), in batches of Arrow record
+batches that go to a sink (`engines.record_sinks`): kept in memory (`spool=None`, the
 tables are built at the end, requests in arrival order) or appended to parquet files
 (`spool=(requests_path, steps_path)`, requests in the order they ended). Step rows go the same
 way in batches. Everything per step is O(chunks in the step). Subclass it to observe steps
-(call `super()` first). `_add_token_times` is the only place that appends token times; step
-rows are kept as segments (`engines.step_columns`: a decode run is one segment).
+(call `super()` first). Step rows are kept as segments (`engines.step_columns`: a decode run
+is one segment).
 
 Request columns:
     request_id, arrival_time, first_scheduled_time, first_token_time, finish_time (seconds on
@@ -133,12 +133,71 @@ def _list_column(values: Sequence[array], typ: pa.DataType, np_dtype: type) -> p
                                     pa.array(flat, type=typ.value_type), type=typ)
 
 
+class _Row:
+    """One request's record while it is held (from arrival until `release_ended`)."""
+
+    __slots__ = (
+        "arrival",
+        "at_pre",
+        "computed",
+        "cur",
+        "detail",
+        "eos_len",
+        "finish",
+        "first_sched",
+        "first_token",
+        "high",
+        "hits",
+        "i",
+        "max_tokens",
+        "nout",
+        "npre",
+        "nswaps",
+        "prompt_len",
+        "reason",
+        "recomputed",
+        "rid",
+        "times",
+    )
+
+    def __init__(self, i: int, request: Request) -> None:
+        self.i = i  # arrival number
+        self.rid = request.request_id
+        self.arrival = float(request.arrival_time)
+        self.prompt_len = len(request.prompt_token_ids)
+        self.max_tokens = request.max_tokens
+        self.eos_len = (request.eos_output_len if request.eos_output_len is not None
+                        else request.max_tokens)
+        self.first_sched = NAN
+        self.first_token = NAN
+        self.finish = NAN
+        self.reason = ""
+        self.detail = ""
+        self.nout = 0
+        self.npre = 0
+        self.computed = 0
+        self.recomputed = 0
+        self.high = 0  # highest position ever computed, exclusive
+        self.cur = 0  # end of the last chunk computed since (re)admission
+        self.hits = array("q")
+        self.at_pre = array("q")
+        self.times = array("d")
+        self.nswaps = 0
+
+    def as_tuple(self) -> tuple[object, ...]:
+        """The row in `REQUEST_SCHEMA` order."""
+        return (self.rid, self.arrival, self.first_sched, self.first_token, self.finish,
+                self.reason, self.detail, self.prompt_len, self.max_tokens, self.eos_len,
+                self.nout, self.npre, self.npre > 0, self.computed, self.recomputed,
+                self.hits, self.at_pre, self.times, self.nswaps)
+
+
 class Recorder:
     """Collects per-request and per-step records for one engine run.
 
-    Per-request state lives in dicts keyed by the request's arrival number and only while the
-    request is live: `release_ended()` (called by the engine between steps) moves the rows of
-    ended requests into a batch, and full batches go to the sinks. `spool=None` keeps the
+    Per-request state lives in one object per request, only while the request is held:
+    `release_ended()` (called by the engine between steps) moves the rows of ended requests
+    into a batch, and full batches go to the sinks. `spool=None` keeps the
     batches in memory (`requests_table()` / `steps_table()`, requests in arrival order);
     `spool=(requests_path, steps_path)` streams them to two parquet files (requests in the
     order they ended), so a replay holds only its live requests and the current batches.
@@ -157,9 +216,10 @@ class Recorder:
         self._request_batch_rows = request_batch_rows
         self._step_batch_rows = step_batch_rows
         self._batch_token_times = batch_token_times
-        self._index: dict[str, int] = {}
+        self._rows: dict[str, _Row] = {}  # held requests by id
+        self._by_num: dict[int, _Row] = {}  # the same, by arrival number
         self._live: dict[int, None] = {}
-        self._ended: list[int] = []
+        self._ended: list[_Row] = []
         self._steps = StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP)
         self._num_steps = 0
         self._num_requests = 0
@@ -169,26 +229,6 @@ class Recorder:
         self._closed = False
         self._req_table: pa.Table | None = None
         self._step_table: pa.Table | None = None
-        self._ids: dict[int, str] = {}
-        self._arrival: dict[int, float] = {}
-        self._prompt_len: dict[int, int] = {}
-        self._max_tokens: dict[int, int] = {}
-        self._eos_len: dict[int, int] = {}
-        self._first_sched: dict[int, float] = {}
-        self._first_token: dict[int, float] = {}
-        self._finish: dict[int, float] = {}
-        self._reason: dict[int, str] = {}
-        self._detail: dict[int, str] = {}
-        self._nout: dict[int, int] = {}
-        self._npre: dict[int, int] = {}
-        self._computed: dict[int, int] = {}
-        self._recomputed: dict[int, int] = {}
-        self._high: dict[int, int] = {}  # highest position ever computed, exclusive
-        self._cur: dict[int, int] = {}  # end of the last chunk computed since (re)admission
-        self._hits: dict[int, array] = {}
-        self._at_pre: dict[int, array] = {}
-        self._times: dict[int, array] = {}
-        self._nswaps: dict[int, int] = {}
 
     # --- setup -------------------------------------------------------------------------
     def start(self, total: int | None = None) -> None:
@@ -197,39 +237,18 @@ class Recorder:
     def on_arrival(self, request: Request) -> int:
         """Open a row for `request` (in arrival order); returns its arrival number."""
         rid = request.request_id
-        if rid in self._index:
+        if rid in self._rows:
             raise ValueError(f"records: duplicate request ids: {rid} (arrival "
                              f"{request.arrival_time!r}) is still live")
         i = self._num_requests
         self._num_requests += 1
-        self._index[rid] = i
-        self._ids[i] = rid
-        self._arrival[i] = float(request.arrival_time)
-        self._prompt_len[i] = len(request.prompt_token_ids)
-        self._max_tokens[i] = request.max_tokens
-        self._eos_len[i] = (request.eos_output_len if request.eos_output_len is not None
-                            else request.max_tokens)
-        self._first_sched[i] = NAN
-        self._first_token[i] = NAN
-        self._finish[i] = NAN
-        self._reason[i] = ""
-        self._detail[i] = ""
-        self._nout[i] = 0
-        self._npre[i] = 0
-        self._computed[i] = 0
-        self._recomputed[i] = 0
-        self._high[i] = 0
-        self._cur[i] = 0
-        self._hits[i] = array("q")
-        self._at_pre[i] = array("q")
-        self._times[i] = array("d")
-        self._nswaps[i] = 0
+        self._rows[rid] = self._by_num[i] = _Row(i, request)
         return i
 
     def index_of(self, request_id: str) -> int:
         """The arrival number of a request that has not been released yet."""
         try:
-            return self._index[request_id]
+            return self._rows[request_id].i
         except KeyError:
             raise KeyError(f"records: unknown request id {request_id!r}") from None
 
@@ -240,81 +259,81 @@ class Recorder:
 
     def on_reject(self, i: int, reason: str, now: float) -> None:
         """Request `i` was refused by `add_request` with `reason`."""
-        self._end(i, "rejected", reason, now)
+        self._end(self._by_num[i], "rejected", reason, now)
 
     def on_overload(self, i: int, detail: str, now: float) -> None:
         """Request `i` was refused with 503 at the front door (admission limits)."""
-        self._end(i, OVERLOADED, detail, now)
+        self._end(self._by_num[i], OVERLOADED, detail, now)
 
-    def _end(self, i: int, reason: str, detail: str, now: float) -> None:
-        if self._reason[i]:
+    def _end(self, row: _Row, reason: str, detail: str, now: float) -> None:
+        if row.reason:
             return  # the first report stands (an abort may be reported by plan and events)
-        self._reason[i] = reason
-        self._detail[i] = detail
-        self._finish[i] = now
-        self._live.pop(i, None)
-        self._ended.append(i)
+        row.reason = reason
+        row.detail = detail
+        row.finish = now
+        self._live.pop(row.i, None)
+        self._ended.append(row)
 
     def on_step(self, plan: StepPlan, result: StepResult, events: StepEvents,
                 start: float, end: float, stats: SchedulerStats) -> None:
         """Record one committed step that ran from `start` to `end` on the virtual clock."""
-        index = self._index
-        first_sched, high, cur = self._first_sched, self._high, self._cur
-        prompt_len, nout = self._prompt_len, self._nout
-        computed, recomputed = self._computed, self._recomputed
+        rows = self._rows
         prefill = decode = 0
         swapped_in: dict[str, int] = {}
         swap_out_tokens = swap_in_tokens = 0
         if plan.swap_out or plan.swap_in:
             for op in plan.swap_out:
-                self._nswaps[index[op.request_id]] += 1
+                rows[op.request_id].nswaps += 1
                 swap_out_tokens += op.num_tokens
             for op in plan.swap_in:
                 swapped_in[op.request_id] = op.num_tokens
                 swap_in_tokens += op.num_tokens
         for rid in plan.preempted:
-            i = index[rid]
-            self._npre[i] += 1
-            self._at_pre[i].append(cur[i])
-            cur[i] = 0
+            row = rows[rid]
+            row.npre += 1
+            row.at_pre.append(row.cur)
+            row.cur = 0
         for c in plan.chunks:
-            i = index[c.request_id]
+            row = rows[c.request_id]
             n = len(c.token_ids)
             s = c.start_pos
             e = s + n
-            if first_sched[i] != first_sched[i]:  # NaN: first time scheduled
-                first_sched[i] = start
+            if row.first_sched != row.first_sched:  # NaN: first time scheduled
+                row.first_sched = start
             if c.admitted:
-                self._hits[i].append(s - swapped_in.get(c.request_id, 0) if swapped_in else s)
-            hi = high[i]
+                row.hits.append(s - swapped_in.get(c.request_id, 0) if swapped_in else s)
+            hi = row.high
             if s < hi:
-                recomputed[i] += (e if e < hi else hi) - s
+                row.recomputed += (e if e < hi else hi) - s
             if e > hi:
-                high[i] = e
-            cur[i] = e
-            computed[i] += n
-            if n == 1 and c.sample and s >= prompt_len[i] and s == prompt_len[i] + nout[i] - 1:
+                row.high = e
+            row.cur = e
+            row.computed += n
+            plen = row.prompt_len
+            if n == 1 and c.sample and s >= plen and s == plen + row.nout - 1:
                 decode += 1
             else:
                 prefill += n
         if events.new_token_ids:
-            first_token = self._first_token
             for rid, toks in events.new_token_ids.items():
                 k = len(toks)
                 if k:
-                    i = index[rid]
-                    if first_token[i] != first_token[i]:  # NaN: first token
-                        first_token[i] = end
-                    nout[i] += k
-                    self._add_token_times(i, (end,) if k == 1 else [end] * k)
+                    row = rows[rid]
+                    if row.first_token != row.first_token:  # NaN: first token
+                        row.first_token = end
+                    row.nout += k
+                    if k == 1:
+                        row.times.append(end)
+                    else:
+                        row.times.extend([end] * k)
         for rid, why in plan.aborted:
-            j = index.get(rid)  # None: ended and released in an earlier step
-            if j is not None:
-                self._end(j, "abort", why, end)
+            held = rows.get(rid)  # None: ended and released in an earlier step
+            if held is not None:
+                self._end(held, "abort", why, end)
         for rid, why in events.finished:
-            j = index.get(rid)
-            if j is not None:
-                self._end(j, why, "", end)
+            held = rows.get(rid)
+            if held is not None:
+                self._end(held, why, "", end)
         self._add_step_row((
             self._num_steps, start, end - start, len(plan.chunks), prefill + decode,
             prefill, decode, decode, len(plan.preempted), len(plan.aborted),
@@ -330,25 +349,24 @@ class Recorder:
         request of `run` computed one position and got one token in each step (what `on_step`
         records for those steps one by one)."""
         k = len(starts)
-        index, high = self._index, self._high
-        computed, recomputed = self._computed, self._recomputed
-        first_token, nout = self._first_token, self._nout
+        rows = self._rows
+        end_times = array("d", ends)  # each request's token times: one copy of the buffer
         for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
-            i = index[rid]
+            row = rows[rid]
             s = e - 1  # the first step's position; the run computes s .. s + k - 1
-            hi = high[i]
+            hi = row.high
             if s < hi:
-                recomputed[i] += min(s + k, hi) - s
+                row.recomputed += min(s + k, hi) - s
             if s + k > hi:
-                high[i] = s + k
-            self._cur[i] = s + k
-            computed[i] += k
-            if first_token[i] != first_token[i]:  # NaN: first token
-                first_token[i] = ends[0]
-            nout[i] += k
-            self._add_token_times(i, ends)
+                row.high = s + k
+            row.cur = s + k
+            row.computed += k
+            if row.first_token != row.first_token:  # NaN: first token
+                row.first_token = ends[0]
+            row.nout += k
+            row.times.extend(end_times)
         for rid, why in stats.finished:
-            self._end(index[rid], why, "", ends[-1])
+            self._end(rows[rid], why, "", ends[-1])
         b = len(run.request_ids)
         first = self._num_steps
         running: int | list[int] = stats.num_running
@@ -373,10 +391,6 @@ class Recorder:
         if len(self._steps) >= self._step_batch_rows:
             self._flush_steps()
 
-    def _add_token_times(self, i: int, times: Sequence[float]) -> None:
-        """Append output-token times to request `i`."""
-        self._times[i].extend(times)
-
     # --- releasing rows ----------------------------------------------------------------
     def release_ended(self) -> list[str]:
         """Move the rows of requests that ended since the last call into the current batch
@@ -385,27 +399,16 @@ class Recorder:
         if not self._ended:
             return []
         ended, self._ended = self._ended, []
-        ids = [self._ids[i] for i in ended]
-        for i in ended:
-            self._release(i)
-        return ids
+        for row in ended:
+            self._release(row)
+        return [row.rid for row in ended]
 
-    def _release(self, i: int) -> None:
-        npre = self._npre.pop(i)
-        times = self._times.pop(i)
-        rid = self._ids.pop(i)
-        del self._index[rid]
-        self._row_batch.append((
-            rid, self._arrival.pop(i), self._first_sched.pop(i), self._first_token.pop(i),
-            self._finish.pop(i), self._reason.pop(i), self._detail.pop(i),
-            self._prompt_len.pop(i), self._max_tokens.pop(i), self._eos_len.pop(i),
-            self._nout.pop(i), npre, npre > 0, self._computed.pop(i), self._recomputed.pop(i),
-            self._hits.pop(i), self._at_pre.pop(i), times, self._nswaps.pop(i),
-        ))
-        del self._high[i], self._cur[i]
+    def _release(self, row: _Row) -> None:
+        del self._rows[row.rid], self._by_num[row.i]
+        self._row_batch.append(row.as_tuple())
         if not self.spooled:
-            self._row_order.append(i)
-        self._batch_times += len(times)
+            self._row_order.append(row.i)
+        self._batch_times += len(row.times)
         if (len(self._row_batch) >= self._request_batch_rows
                 or self._batch_times >= self._batch_token_times):
             self._flush_requests()
@@ -436,8 +439,8 @@ class Recorder:
         if self._closed:
             return
         self.release_ended()
-        for i in sorted(self._ids):
-            self._release(i)
+        for i in sorted(self._by_num):
+            self._release(self._by_num[i])
         self._live.clear()
         self._flush_requests()
         self._flush_steps()
@@ -462,7 +465,7 @@ class Recorder:
     # --- queries and output ------------------------------------------------------------
     def live_ids(self) -> list[str]:
         """Ids of accepted requests that have not finished, in arrival order."""
-        return [self._ids[i] for i in sorted(self._live)]
+        return [self._by_num[i].rid for i in sorted(self._live)]
 
     @property
     def num_steps(self) -> int:

@@ -71,12 +71,8 @@ class StepColumns:
                 raise ValueError(f"step columns: {self.schema.field(i).name} has {len(seq)} "
                                  f"values for {num_rows} rows")
             col.extend(seq)  # type: ignore[arg-type]
-        segment = self._seg_of(columns)
-        for i, v in zip(self._seg_idx, segment, strict=True):
-            if type(v) in _SEQUENCES:
-                raise ValueError(f"step columns: {self.schema.field(i).name} takes one value "
-                                 "per segment")
-        self._segments.append(segment)
+        # (a per-segment field given a sequence is caught when the table is built)
+        self._segments.append(self._seg_of(columns))
         self._lengths.append(num_rows)
         self._num_rows += num_rows
 
@@ -90,6 +86,8 @@ class StepColumns:
         for j, i in enumerate(self._seg_idx):
             field = self.schema.field(i)
             values = [seg[j] for seg in self._segments]
+            if any(type(v) in _SEQUENCES for v in values):
+                raise ValueError(f"step columns: {field.name} takes one value per segment")
             if pa.types.is_string(field.type):
                 codes: dict[str, int] = {}
                 idx = np.fromiter((codes.setdefault(v, len(codes)) for v in values),  # type: ignore

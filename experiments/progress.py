@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engines.records import Recorder
+from engines.records import Recorder, _Row
 from schedulers.contract import (
     DecodeRun,
     DecodeRunStats,
@@ -61,10 +61,10 @@ class ProgressRecorder(Recorder):
         self._steps_at_refresh = 0
         self._wall_at_refresh = self._bar.format_dict["elapsed"]
 
-    def _end(self, i: int, reason: str, detail: str, now: float) -> None:
-        if not self._reason[i]:
+    def _end(self, row: _Row, reason: str, detail: str, now: float) -> None:
+        if not row.reason:
             self._done += 1
-        super()._end(i, reason, detail, now)
+        super()._end(row, reason, detail, now)
 
     def on_step(self, plan: StepPlan, result: StepResult, events: StepEvents,
                 start: float, end: float, stats: SchedulerStats) -> None:

@@ -32,8 +32,9 @@ def test_empty_table_and_bad_input() -> None:
     cols = StepColumns(SCHEMA, ("step", "t"))
     with pytest.raises(ValueError, match="t has 1 values for 2 rows"):
         cols.extend(2, ([0, 1], [0.0], "x", 1))
+    cols.extend(2, ([0, 1], [0.0, 1.0], "x", [1, 1]))
     with pytest.raises(ValueError, match="n takes one value per segment"):
-        cols.extend(2, ([0, 1], [0.0, 1.0], "x", [1, 1]))
+        cols.table()
     with pytest.raises(TypeError, match="field 'b'"):
         StepColumns(pa.schema([("b", pa.bool_())]), ())
     with pytest.raises(ValueError, match="unknown fields"):

@@ -29,7 +29,7 @@ def rule_token(index: int, seq_len: int) -> int:
     return 3 + (index * 7919 + seq_len * 104729) % 31000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Registered:
     index: int
     prompt_len: int

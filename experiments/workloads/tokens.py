@@ -13,14 +13,15 @@ import numpy as np
 from engines.executors.sim import rule_token
 
 LOW_TOKEN_ID = 3  # keep clear of the special ids 0..2 (EOS is 2)
-_VOCAB_CACHE: dict[int, list[int]] = {}
+_VOCAB_CACHE: dict[int, np.ndarray] = {}
 
 
-def _vocab(vocab_size: int) -> list[int]:
-    """One shared int object per token id, so long prompts cost a pointer per token."""
+def _vocab(vocab_size: int) -> np.ndarray:
+    """One shared int object per token id (an object array), so long prompts cost a pointer
+    per token."""
     v = _VOCAB_CACHE.get(vocab_size)
     if v is None:
-        v = _VOCAB_CACHE[vocab_size] = list(range(vocab_size))
+        v = _VOCAB_CACHE[vocab_size] = np.array(list(range(vocab_size)), dtype=object)
     return v
 
 
@@ -28,8 +29,8 @@ def as_token_list(ids: np.ndarray, vocab_size: int) -> list[int]:
     """A list of the ids in `ids` (all below `vocab_size`) that shares int objects."""
     if ids.size == 0:
         return []
-    vocab = _vocab(vocab_size)
-    return [vocab[i] for i in ids.tolist()]
+    out: list[int] = _vocab(vocab_size)[ids].tolist()
+    return out
 
 
 def random_tokens(rng: np.random.Generator, n: int, vocab_size: int) -> list[int]:

@@ -112,8 +112,9 @@ STEP_SCHEMA = pa.schema([
     ("swap_s", pa.float64()),
 ])
 
-# The step fields that vary within a decode run (the others are constant over it).
-STEP_FIELDS_PER_STEP = ("step", "start_time", "duration_s", "num_finished", "kv_used_tokens",
+# The step fields that vary within a decode run (the others are constant over it; "step" is
+# the row number).
+STEP_FIELDS_PER_STEP = ("start_time", "duration_s", "num_finished", "kv_used_tokens",
                         "kv_cached_tokens", "num_running", "num_waiting")
 
 FINISH_REASONS = ("stop", "length", "abort", "rejected", OVERLOADED)
@@ -211,7 +212,7 @@ class Recorder:
             self._step_sink: MemorySink | ParquetSink = MemorySink(STEP_SCHEMA)
         else:
             self._req_sink = ParquetSink(REQUEST_SCHEMA, spool[0])
-            self._step_sink = ParquetSink(STEP_SCHEMA, spool[1])
+            self._step_sink = ParquetSink(STEP_SCHEMA, spool[1], use_dictionary=False)
         self.spooled = spool is not None
         self._request_batch_rows = request_batch_rows
         self._step_batch_rows = step_batch_rows
@@ -220,7 +221,7 @@ class Recorder:
         self._by_num: dict[int, _Row] = {}  # the same, by arrival number
         self._live: dict[int, None] = {}
         self._ended: list[_Row] = []
-        self._steps = StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP)
+        self._steps = StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP, "step")
         self._num_steps = 0
         self._num_requests = 0
         self._row_batch: list[tuple[object, ...]] = []
@@ -377,7 +378,7 @@ class Recorder:
                 else stats.num_running_after
             running = [stats.num_running] * (k - 1) + [after]
         self._steps.extend(k, (
-            range(first, first + k), starts, [e - s for s, e in zip(starts, ends, strict=True)],
+            first, starts, [e - s for s, e in zip(starts, ends, strict=True)],
             b, b, 0, b, b, 0, 0, num_finished, stats.kv_used_tokens, stats.kv_cached_tokens,
             running, stats.num_waiting, run.forward_mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
         self._num_steps += k
@@ -429,7 +430,8 @@ class Recorder:
     def _flush_steps(self) -> None:
         if not len(self._steps):
             return
-        steps, self._steps = self._steps, StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP)
+        steps = self._steps
+        self._steps = StepColumns(STEP_SCHEMA, STEP_FIELDS_PER_STEP, "step", self._num_steps)
         for batch in steps.table().to_batches():
             self._step_sink.write(batch)
 

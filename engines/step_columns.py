@@ -23,10 +23,18 @@ _SEQUENCES = (list, tuple, range, array)
 
 
 class StepColumns:
-    """Rows of `schema`; the fields named in `per_step` may vary within a segment."""
+    """Rows of `schema`; the fields named in `per_step` may vary within a segment. The int64
+    field `index_field`, when given, numbers the rows from `first_index` (the values passed
+    for it are ignored)."""
 
-    def __init__(self, schema: pa.Schema, per_step: Collection[str]) -> None:
+    def __init__(self, schema: pa.Schema, per_step: Collection[str],
+                 index_field: str | None = None, first_index: int = 0) -> None:
         self.schema = schema
+        self._index = schema.get_field_index(index_field) if index_field is not None else -1
+        if index_field is not None and (self._index < 0 or
+                                        not pa.types.is_int64(schema.field(self._index).type)):
+            raise ValueError(f"step columns: index_field {index_field!r} is not an int64 field")
+        self._first_index = first_index
         unknown = set(per_step) - set(schema.names)
         if unknown:
             raise ValueError(f"step columns: per_step names unknown fields {sorted(unknown)}")
@@ -36,8 +44,10 @@ class StepColumns:
                 raise TypeError(f"step columns: field {f.name!r} has type {f.type}")
             if not numeric and f.name in per_step:
                 raise ValueError(f"step columns: string field {f.name!r} cannot be per_step")
-        self._step_idx = [i for i, f in enumerate(schema) if f.name in per_step]
-        self._seg_idx = [i for i, f in enumerate(schema) if f.name not in per_step]
+        self._step_idx = [i for i, f in enumerate(schema)
+                          if f.name in per_step and i != self._index]
+        self._seg_idx = [i for i, f in enumerate(schema)
+                         if f.name not in per_step and i != self._index]
         self._step_cols = [array("d" if pa.types.is_float64(schema.field(i).type) else "q")
                            for i in self._step_idx]
         self._seg_of = itemgetter(*self._seg_idx) if len(self._seg_idx) > 1 else \
@@ -79,6 +89,9 @@ class StepColumns:
     def table(self) -> pa.Table:
         """The rows as an Arrow table of `schema`."""
         arrays: list[pa.Array | None] = [None] * len(self.schema)
+        if self._index >= 0:
+            arrays[self._index] = pa.array(
+                np.arange(self._first_index, self._first_index + self._num_rows, dtype=np.int64))
         for i, col in zip(self._step_idx, self._step_cols, strict=True):
             dtype = np.float64 if col.typecode == "d" else np.int64
             arrays[i] = pa.array(np.frombuffer(col, dtype=dtype), self.schema.field(i).type)

@@ -39,3 +39,12 @@ def test_empty_table_and_bad_input() -> None:
         StepColumns(pa.schema([("b", pa.bool_())]), ())
     with pytest.raises(ValueError, match="unknown fields"):
         StepColumns(SCHEMA, ("nope",))
+
+
+def test_an_index_field_numbers_the_rows() -> None:
+    cols = StepColumns(SCHEMA, ("t",), index_field="step", first_index=10)
+    cols.append((99, 0.5, "a", 1))
+    cols.extend(2, (-1, [1.0, 2.0], "b", 2))
+    assert cols.table().column("step").to_pylist() == [10, 11, 12]
+    with pytest.raises(ValueError, match="index_field 'mode'"):
+        StepColumns(SCHEMA, (), index_field="mode")

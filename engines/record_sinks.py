@@ -45,11 +45,13 @@ class ParquetSink:
     """Appends each batch to the parquet file `path` as a row group (opened at the first
     write, or by `close` for an empty table)."""
 
-    def __init__(self, schema: pa.Schema, path: str | Path, use_dictionary: bool = True
-                 ) -> None:
+    def __init__(self, schema: pa.Schema, path: str | Path,
+                 use_dictionary: bool | list[str] = True) -> None:
         self.schema = schema
         self.path = Path(path)
-        self.use_dictionary = use_dictionary  # off: faster writes of mostly numeric columns
+        # dictionary-encode all columns, none, or the named ones (the encoding costs time and
+        # only pays for columns with few distinct values)
+        self.use_dictionary = use_dictionary
         self._writer: pq.ParquetWriter | None = None
         self._closed = False
         self.num_rows = 0

@@ -211,7 +211,8 @@ class Recorder:
             self._req_sink: MemorySink | ParquetSink = MemorySink(REQUEST_SCHEMA)
             self._step_sink: MemorySink | ParquetSink = MemorySink(STEP_SCHEMA)
         else:
-            self._req_sink = ParquetSink(REQUEST_SCHEMA, spool[0])
+            self._req_sink = ParquetSink(REQUEST_SCHEMA, spool[0],
+                                         use_dictionary=["finish_reason", "finish_detail"])
             self._step_sink = ParquetSink(STEP_SCHEMA, spool[1], use_dictionary=False)
         self.spooled = spool is not None
         self._request_batch_rows = request_batch_rows
@@ -419,7 +420,8 @@ class Recorder:
         self._batch_times = 0
         if not rows:
             return
-        cols = list(zip(*rows, strict=True))
+        # lists, not tuples: pyarrow converts a tuple of strings a hundred times slower
+        cols = [list(c) for c in zip(*rows, strict=True)]
         arrays = [pa.array(c, f.type) for c, f in zip(cols[:15], REQUEST_SCHEMA, strict=False)]
         arrays += [_list_column(cols[15], pa.list_(pa.int64()), np.int64),
                    _list_column(cols[16], pa.list_(pa.int64()), np.int64),

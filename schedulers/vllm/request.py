@@ -103,9 +103,12 @@ class VllmRequest:
             hashes.append(hash_block_tokens(None, tokens[:bs]))
             start = 1
         parent = hashes[start - 1] if start else None
-        for i in range(start, len(tokens) // bs):
-            # hash_block_tokens(parent, block), inlined: a prompt hashes all its blocks here
-            parent = hash((parent, tuple(tokens[i * bs : (i + 1) * bs])))
+        end = len(tokens) // bs
+        # hash_block_tokens(parent, block), inlined: a prompt hashes all its blocks here, from
+        # one tuple of its tokens (a tuple's slices are tuples: no list copy per block)
+        t = tuple(tokens[start * bs : end * bs])
+        for j in range(end - start):
+            parent = hash((parent, t[j * bs : (j + 1) * bs]))
             hashes.append(parent)
 
     def __lt__(self, other: VllmRequest) -> bool:

@@ -41,7 +41,7 @@ from engines.admission import AdmissionLimits, FrontDoor
 from engines.arrivals import ArrivalQueue
 from engines.executors.base import Executor
 from engines.records import Recorder
-from schedulers.contract import Request, Scheduler, StepEvents, StepPlan, StepResult
+from schedulers.contract import Request, Scheduler, StepResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -227,10 +227,9 @@ class Engine:
                     for step in range(j, len(starts)):
                         waiting[step] += 1
             stats.num_waiting = waiting
+        # Every request of a run had its first token before it, so none of them is in the
+        # front door's queue: the run's finishes leave nothing there to update.
         self.recorder.on_decode_run(run, starts, ends, stats)
-        if stats.finished and self.door is not None:
-            self.door.on_step(StepPlan(step=-1, page_size=1),
-                              StepEvents(finished=stats.finished))
         self.num_decode_run_steps += len(starts)
         return clock
 

@@ -375,9 +375,7 @@ class Recorder:
         num_finished: int | list[int] = 0
         if stats.finished:
             num_finished = [0] * (k - 1) + [len(stats.finished)]
-            after = stats.num_running if stats.num_running_after is None \
-                else stats.num_running_after
-            running = [stats.num_running] * (k - 1) + [after]
+            running = [stats.num_running] * (k - 1) + [stats.num_running_after]
         self._steps.extend(k, (
             first, starts, [e - s for s, e in zip(starts, ends, strict=True)],
             b, b, 0, b, b, 0, 0, num_finished, stats.kv_used_tokens, stats.kv_cached_tokens,

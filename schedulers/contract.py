@@ -193,8 +193,8 @@ class DecodeRunStats:
     kv_cached_tokens: list[int]
     num_running: int
     num_waiting: int | list[int]  # one count, or one per step (arrivals admitted mid-run)
-    finished: list[tuple[str, str]] = field(default_factory=list)
-    num_running_after: int | None = None  # after the last step; None: num_running
+    finished: list[tuple[str, str]]
+    num_running_after: int  # after the last step
 
 
 @runtime_checkable

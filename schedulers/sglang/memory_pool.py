@@ -133,7 +133,11 @@ class TokenToKVPoolAllocator:
         if self.free_group is not None:
             self.free_group.extend(pages)
         else:
-            self.free_pages.extend(pages)
+            self._release(pages)
+
+    def _release(self, pages: list[int]) -> None:
+        """Return freed pages to the free list: at its tail (reused last)."""
+        self.free_pages.extend(pages)
 
     def free_group_begin(self) -> None:
         # mirrors allocator/base.py: BaseTokenToKVPoolAllocator.free_group_begin
@@ -161,14 +165,9 @@ class PagedTokenToKVPoolAllocator(TokenToKVPoolAllocator):
     def available_size(self) -> int:
         return len(self.free_pages) * self.page_size
 
-    def free(self, pages: list[int]) -> None:
-        # mirrors allocator/paged.py: free_page_ids / _release_page_ids (prepended, in order)
-        if not pages:
-            return
-        if self.free_group is not None:
-            self.free_group.extend(pages)
-        else:
-            self.free_pages.prepend(pages)
+    def _release(self, pages: list[int]) -> None:
+        # mirrors allocator/paged.py: _release_page_ids (prepended, in order: reused first)
+        self.free_pages.prepend(pages)
 
 
 def make_allocator(size: int, page_size: int) -> TokenToKVPoolAllocator:

@@ -139,7 +139,7 @@ class SimExecutor:
                 k = j_eos + 1
             if 3 <= eos < 31003:  # a rule token could equal it: look
                 for j in range(k):
-                    if 3 + (reg.index * 7919 + (e + j) * 104729) % 31000 == eos:
+                    if rule_token(reg.index, e + j) == eos:
                         k = j + 1
                         break
         return k

@@ -37,6 +37,27 @@ _SUM = tl.standard._sum_combine
 
 
 @triton.jit
+def _load_kv_block(k_ptr, v_ptr, bt_ptr, b, kvh, n0, end, d, dmask,
+                   stride_ks, stride_kh, stride_vs, stride_vh, stride_bt,
+                   PAGE: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+    """Positions n0 .. n0 + BLOCK_N - 1 of request b (those below `end`), KV head kvh: the
+    positions, their mask, and their keys and values gathered through the page table."""
+    pos = n0 + tl.arange(0, BLOCK_N)
+    pmask = pos < end
+    page = tl.load(bt_ptr + b * stride_bt + pos // PAGE, mask=pmask, other=0).to(tl.int64)
+    slot = page * PAGE + pos % PAGE
+    kv_mask = pmask[:, None] & dmask[None, :]
+    k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :],
+                mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + slot[:, None] * stride_vs + kvh * stride_vh + d[None, :],
+                mask=kv_mask, other=0.0)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return pos, pmask, k, v
+
+
+@triton.jit
 def _decode_split_kernel(
     q_ptr, k_ptr, v_ptr, bt_ptr, seq_ptr, mid_o_ptr, mid_lse_ptr,
     scale,
@@ -71,18 +92,9 @@ def _decode_split_kernel(
     l_i = tl.full([GROUP_PAD], 0.0, tl.float32)
     acc = tl.full([GROUP_PAD, D_PAD], 0.0, tl.float32)
     for n0 in range(start, end, BLOCK_N):
-        pos = n0 + tl.arange(0, BLOCK_N)
-        pmask = pos < end
-        page = tl.load(bt_ptr + b * stride_bt + pos // PAGE, mask=pmask, other=0).to(tl.int64)
-        slot = page * PAGE + pos % PAGE
-        kv_mask = pmask[:, None] & dmask[None, :]
-        k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + slot[:, None] * stride_vs + kvh * stride_vh + d[None, :],
-                    mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        _pos, pmask, k, v = _load_kv_block(k_ptr, v_ptr, bt_ptr, b, kvh, n0, end, d, dmask,
+                                           stride_ks, stride_kh, stride_vs, stride_vh,
+                                           stride_bt, PAGE, BLOCK_N, UPCAST)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
         s = tl.where(pmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(s, 1, _MAX))
@@ -164,18 +176,9 @@ def _extend_kernel(
     l_i = tl.full([ROWS], 0.0, tl.float32)
     acc = tl.full([ROWS, D_PAD], 0.0, tl.float32)
     for n0 in range(0, end, BLOCK_N):
-        pos = n0 + tl.arange(0, BLOCK_N)
-        pmask = pos < end
-        page = tl.load(bt_ptr + b * stride_bt + pos // PAGE, mask=pmask, other=0).to(tl.int64)
-        slot = page * PAGE + pos % PAGE
-        kv_mask = pmask[:, None] & dmask[None, :]
-        k = tl.load(k_ptr + slot[:, None] * stride_ks + kvh * stride_kh + d[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + slot[:, None] * stride_vs + kvh * stride_vh + d[None, :],
-                    mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        pos, pmask, k, v = _load_kv_block(k_ptr, v_ptr, bt_ptr, b, kvh, n0, end, d, dmask,
+                                          stride_ks, stride_kh, stride_vs, stride_vh,
+                                          stride_bt, PAGE, BLOCK_N, UPCAST)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
         allowed = pmask[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(allowed, s, float("-inf"))

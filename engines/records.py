@@ -247,13 +247,6 @@ class Recorder:
         self._rows[rid] = self._by_num[i] = _Row(i, request)
         return i
 
-    def index_of(self, request_id: str) -> int:
-        """The arrival number of a request that has not been released yet."""
-        try:
-            return self._rows[request_id].i
-        except KeyError:
-            raise KeyError(f"records: unknown request id {request_id!r}") from None
-
     # --- events ------------------------------------------------------------------------
     def on_admit(self, i: int) -> None:
         """Request `i` was accepted by the scheduler."""

@@ -363,8 +363,7 @@ class VllmScheduler:
             self.host_pool.commit()
         sampled = result.sampled_token_ids
         requests = self.requests
-        stopped: set[VllmRequest] = set()
-        max_model_len = self.max_model_len
+        finished = events.finished
         for chunk in plan.chunks:
             if not chunk.sample:
                 continue
@@ -374,14 +373,23 @@ class VllmScheduler:
             token_id = sampled[chunk.request_id]
             req.append_output_token_id(token_id)
             events.new_token_ids[req.request_id] = [token_id]
-            if self._check_stop(req, token_id, max_model_len):
-                stopped.add(req)
-                events.finished.append((req.request_id, FINISH_REASONS[req.status]))
-                self._free_request(req)
-        if stopped:
-            self.running = [r for r in self.running if r not in stopped]
-            self._steady = False
+            self._finish_if_stopped(req, token_id, finished)
+        if finished:
+            self._drop_finished_from_running()
         return events
+
+    def _finish_if_stopped(self, req: VllmRequest, token_id: int,
+                           finished: list[tuple[str, str]]) -> None:
+        """After `token_id` was appended: on a stop (check_stop), free the request and report
+        it in `finished`."""
+        if self._check_stop(req, token_id, self.max_model_len):
+            finished.append((req.request_id, FINISH_REASONS[req.status]))
+            self._free_request(req)
+
+    def _drop_finished_from_running(self) -> None:
+        # mirrors scheduler.py: update_from_output (stopped requests leave self.running)
+        self.running = [r for r in self.running if not r.status.is_finished]
+        self._steady = False
 
     # ------------------------------------------------------------------ decode runs
     def arrivals_keep_decode_run(self) -> bool:
@@ -507,15 +515,11 @@ class VllmScheduler:
         # The last step may finish requests (a stop token or a length cap), as
         # update_from_output would.
         finished: list[tuple[str, str]] = []
-        max_model_len = self.max_model_len
-        for i, r in enumerate(running):
-            if self._check_stop(r, tokens[i][-1], max_model_len):
-                finished.append((r.request_id, FINISH_REASONS[r.status]))
-                self._free_request(r)
+        for r, toks in zip(running, tokens, strict=True):
+            self._finish_if_stopped(r, toks[-1], finished)
         num_running = len(running)
         if finished:
-            self.running = [r for r in running if not r.status.is_finished]
-            self._steady = False
+            self._drop_finished_from_running()
             used[-1] = (usable - queue.num_free_blocks) * bs
             cached[-1] = pool.num_free_cached_blocks * bs
         return DecodeRunStats(used, cached, num_running, len(self.waiting), finished,

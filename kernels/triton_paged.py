@@ -37,6 +37,21 @@ _SUM = tl.standard._sum_combine
 
 
 @triton.jit
+def _dot(a, b, PREC: tl.constexpr, EXACT: tl.constexpr):
+    """a @ b. With EXACT (the interpreter) it is a broadcast product summed over the shared
+    axis: the interpreter would run `tl.dot` as `np.matmul`, i.e. through the host's BLAS,
+    whose kernel (chosen per CPU) may sum a row differently depending on where the row sits in
+    the matrix, so one token's attention would depend on its neighbours in the block. The
+    product is exact and numpy's sum over that axis adds each output element's terms in an
+    order fixed by the (constexpr) block shape alone, so a row's result is the same bits
+    wherever it sits and whatever the other rows hold."""
+    if EXACT:
+        return tl.reduce(a[:, :, None] * b[None, :, :], 1, _SUM)
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
 def _load_kv_block(k_ptr, v_ptr, bt_ptr, b, kvh, n0, end, d, dmask,
                    stride_ks, stride_kh, stride_vs, stride_vh, stride_bt,
                    PAGE: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
@@ -65,7 +80,7 @@ def _decode_split_kernel(
     stride_mo_t, stride_mo_h, stride_mo_s, stride_ml_t, stride_ml_h,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     D_PAD: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PREC: tl.constexpr,
+    UPCAST: tl.constexpr, PREC: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """One (request, KV head, split): the request's single query token, for every query head
     of the group, against its share of the sequence; writes the partial output and its
@@ -95,13 +110,13 @@ def _decode_split_kernel(
         _pos, pmask, k, v = _load_kv_block(k_ptr, v_ptr, bt_ptr, b, kvh, n0, end, d, dmask,
                                            stride_ks, stride_kh, stride_vs, stride_vh,
                                            stride_bt, PAGE, BLOCK_N, UPCAST)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
+        s = _dot(q, tl.trans(k), PREC, EXACT_DOT) * scale
         s = tl.where(pmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.reduce(s, 1, _MAX))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, _SUM)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PREC, EXACT_DOT)
         m_i = m_new
     has = l_i > 0.0
     l_safe = tl.where(has, l_i, 1.0)
@@ -143,7 +158,7 @@ def _extend_kernel(
     stride_bt,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     D_PAD: tl.constexpr, PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PREC: tl.constexpr,
+    UPCAST: tl.constexpr, PREC: tl.constexpr, EXACT_DOT: tl.constexpr,
 ):
     """One (request, KV head, block of BLOCK_M new tokens): causal attention of those tokens,
     for every query head of the group (rows = token x head), over the request's cached
@@ -179,7 +194,7 @@ def _extend_kernel(
         pos, pmask, k, v = _load_kv_block(k_ptr, v_ptr, bt_ptr, b, kvh, n0, end, d, dmask,
                                           stride_ks, stride_kh, stride_vs, stride_vh,
                                           stride_bt, PAGE, BLOCK_N, UPCAST)
-        s = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
+        s = _dot(q, tl.trans(k), PREC, EXACT_DOT) * scale
         allowed = pmask[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(allowed, s, float("-inf"))
         # Position 0 is allowed for every row, so m_new is finite from the first block on.
@@ -187,7 +202,7 @@ def _extend_kernel(
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.reduce(p, 1, _SUM)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PREC, EXACT_DOT)
         m_i = m_new
     out = acc / l_i[:, None]
     out_off = (q_start + tok) * stride_ot + (kvh * GROUP + g) * stride_oh
@@ -215,7 +230,8 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> Non
 def _common(dtype: torch.dtype, head_dim: int) -> dict[str, object]:
     upcast = INTERPRETED or dtype == torch.float32
     return {"HEAD_DIM": head_dim, "D_PAD": max(16, triton.next_power_of_2(head_dim)),
-            "UPCAST": upcast, "PREC": "ieee" if upcast else "tf32"}  # PREC: float32 operands
+            "UPCAST": upcast, "PREC": "ieee" if upcast else "tf32",  # PREC: float32 operands
+            "EXACT_DOT": INTERPRETED}
 
 
 def decode_config(dtype: torch.dtype, head_dim: int, group: int, page_size: int

@@ -215,3 +215,63 @@ def test_triton_kernels_compile_for_hopper_without_a_gpu() -> None:
                          capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("'extend'") == 2
+
+
+_ROW_INVARIANCE_CHECK = """
+import torch
+from kernels import build_metadata
+from kernels.triton_paged import INTERPRETED, paged_decode, paged_extend
+assert INTERPRETED
+g = torch.Generator().manual_seed(7)
+hq, hkv, d, page = 4, 2, 16, 16
+a_q, a_k, a_v = (torch.randn(41, n, d, generator=g) for n in (hq, hkv, hkv))
+b_q, b_k, b_v = (torch.randn(15, n, d, generator=g) for n in (hq, hkv, hkv))
+k = torch.randn(8 * page, hkv, d, generator=g)
+v = torch.randn(8 * page, hkv, d, generator=g)
+def place(pages, keys, vals):
+    for p, page_no in enumerate(pages):
+        n = min(page, len(keys) - p * page)
+        k[page_no * page:page_no * page + n] = keys[p * page:p * page + n]
+        v[page_no * page:page_no * page + n] = vals[p * page:p * page + n]
+def run(fn, qs, qlens, slens, tables):
+    return fn(torch.cat(qs), k, v, build_metadata(qlens, slens, tables, page, "cpu"), 0.25)
+# Prompt a (40 tokens) alone in one chunk, pages 0-2.
+place([0, 1, 2], a_k[:40], a_v[:40])
+alone = run(paged_extend, [a_q[:40]], [40], [40], [[0, 1, 2]])
+# Again into pages 5-7, in two chunks, each beside request b at another row offset.
+place([4], b_k, b_v)
+place([5, 6, 7], a_k[:40], a_v[:40])
+first = run(paged_extend, [b_q[:14], a_q[:17]], [14, 17], [14, 17], [[4], [5, 6, 7]])
+second = run(paged_extend, [a_q[17:40], b_q[14:15]], [23, 1], [40, 15], [[5, 6, 7], [4]])
+chunked = torch.cat([first[14:], second[:23]])
+# One decode step of a at position 40, alone and third in a batch of decodes.
+place([2], a_k[32:41], a_v[32:41])
+place([7], a_k[32:41], a_v[32:41])
+dec_alone = run(paged_decode, [a_q[40:41]], [1], [41], [[0, 1, 2]])
+dec_batch = run(paged_decode, [b_q[14:15], b_q[:1], a_q[40:41]], [1, 1, 1], [15, 15, 41],
+                [[4], [4], [5, 6, 7]])
+print("extend", torch.equal(alone, chunked), float((alone - chunked).abs().max()))
+dec_diff = float((dec_alone - dec_batch[2:]).abs().max())
+print("decode", torch.equal(dec_alone, dec_batch[2:]), dec_diff)
+"""
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="checks the interpreter's arithmetic")
+@pytest.mark.parametrize("coretype", ["", "Haswell"])
+def test_interpreted_triton_is_bitwise_invariant_to_batch_and_chunking(coretype: str) -> None:
+    """Under the interpreter a token's attention output is the same bits whatever chunk,
+    row of the block and batch it is computed in, on every host: the kernels' dot products
+    must not go through the host BLAS (OpenBLAS picks its sgemm kernel per CPU; with the
+    Haswell kernel, which AVX2-only x86 machines such as Zen 2/3 get, a row's sum depends on
+    its position in the matrix). The check runs in a fresh process so that OPENBLAS_CORETYPE
+    takes effect; "" is the host's own kernel."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
+           "OPENBLAS_CORETYPE": coretype}
+    res = subprocess.run([sys.executable, "-W", "ignore", "-c", _ROW_INVARIANCE_CHECK],
+                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split("\n")[:2] == ["extend True 0.0", "decode True 0.0"], res.stdout

@@ -1,6 +1,7 @@
 """The real executor: greedy tokens equal `transformers`' `generate()` whatever the scheduler
 does (chunked prefill, prefix hits, preemption / retraction and recompute), for both
-schedulers and the torch and Triton kernels; KV recomputed is bit-identical to the original;
+schedulers and the torch and Triton kernels (and a broken mask fails that check); a recomputed
+prompt gets the same token and its KV within float32 rounding;
 a prefix hit reuses another request's KV; malformed plans fail naming the request.
 """
 
@@ -17,6 +18,7 @@ from engines.executors.base import Executor
 from engines.executors.real import RealExecutor, RealExecutorConfig
 from engines.model import PagedDecoder
 from engines.model.tiny import save_tiny_checkpoint, tiny_hf_model
+from kernels import PagedAttentionMetadata
 from schedulers.contract import Request, ScheduledChunk, Scheduler, StepPlan, StepResult
 
 SEED = 0
@@ -164,6 +166,54 @@ def test_tokens_equal_transformers_generate(parity_model: PagedDecoder,
         assert r.output_token_ids == want, f"{r.request_id} differs from generate()"
 
 
+@dataclass
+class NaiveMaskedAttention:
+    """Paged attention written out naively, one request at a time, where token p sees
+    positions <= p + `lookahead`: 0 is the causal mask, 1 a broken one that also lets each
+    token see the next position (a mistake a kernel can make with chunk offsets)."""
+
+    lookahead: int
+    name: str = "naive_masked"
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 meta: PagedAttentionMetadata, scale: float) -> torch.Tensor:
+        out = torch.empty_like(q)
+        group = q.shape[1] // k_cache.shape[1]
+        starts = meta.query_start_loc.tolist()
+        for i, (ql, sl) in enumerate(zip(meta.query_lens, meta.seq_lens_host, strict=True)):
+            pos = torch.arange(sl)
+            table = meta.block_table[i].long()
+            slots = table[pos // meta.page_size] * meta.page_size + pos % meta.page_size
+            keys = k_cache[slots].repeat_interleave(group, dim=1)  # [sl, hq, d]
+            vals = v_cache[slots].repeat_interleave(group, dim=1)
+            qs = q[starts[i]:starts[i] + ql]  # [ql, hq, d]
+            scores = torch.einsum("qhd,khd->hqk", qs, keys) * scale
+            q_pos = torch.arange(sl - ql, sl)
+            hidden = pos[None, None, :] > q_pos[None, :, None] + self.lookahead
+            scores.masked_fill_(hidden, float("-inf"))
+            out[starts[i]:starts[i] + ql] = torch.einsum(
+                "hqk,khd->qhd", torch.softmax(scores, dim=-1), vals)
+        return out
+
+
+@pytest.mark.parametrize("lookahead", [0, 1])
+def test_a_broken_mask_fails_the_parity_check(parity_model: PagedDecoder,
+                                              expected: list[list[int]], lookahead: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parity check above can fail: the same run with a naive kernel passes it with the
+    causal mask and fails it when the mask is off by one."""
+    ex = RealExecutor(parity_model, kernel="torch")
+    monkeypatch.setattr(ex, "backend", lambda page_size: NaiveMaskedAttention(lookahead))
+    reqs = requests()
+    drive(make_scheduler("vllm"), ex, reqs)
+    differ = [r.request_id for r, want in zip(reqs, expected, strict=True)
+              if r.output_token_ids != want]
+    if lookahead == 0:
+        assert differ == []
+    else:
+        assert len(differ) >= NUM_REQUESTS // 2, differ
+
+
 # Host pools that hold one or two victims at a time: some evictions swap, others fall back.
 HOST_KV_CAPACITY = {"vllm": 32, "sglang": 128}
 
@@ -231,18 +281,33 @@ def _chunk(rid: str, tokens: list[int], start: int, pages: list[int], sample: bo
     return ScheduledChunk(rid, tokens, start, pages, sample)
 
 
+# The model's projections and MLP are torch GEMMs (MKL / oneDNN on the CPU, cuBLAS on a
+# GPU). None of them promises that a row's result is independent of the matrix it sits in:
+# the library picks its kernel and blocking per shape and per CPU, and a recomputed prompt
+# sits in other batches and chunks. So bit-identity is not what the real executor can
+# promise; what it promises is the same sampled token and KV that agrees within float32
+# rounding over a few layers (bit-identity of the attention kernel itself, by construction
+# under the interpreter, is checked in tests/test_kernels.py).
+RECOMPUTE_KV_ATOL = 1e-5
+
+
 @pytest.mark.parametrize("kernel", ["torch"] + ([] if DEVICE == "cuda" else ["triton"]))
-def test_recomputed_kv_is_bit_identical(model: PagedDecoder, kernel: str) -> None:
+def test_recomputed_prompt_gives_the_same_token_and_kv(model: PagedDecoder,
+                                                       kernel: str) -> None:
     """A prompt computed alone in one chunk, then again in two chunks beside another request
-    into other pages: every layer's keys and values are the same bits."""
+    into other pages: the same sampled token, every layer's keys and values within
+    RECOMPUTE_KV_ATOL (why not bit-identical: the comment above)."""
     ex = RealExecutor(model, kernel=kernel, num_slots=256)
     a, b = list(range(10, 50)), list(range(60, 75))
-    ex.execute(StepPlan(0, 16, [_chunk("a", a, 0, [0, 1, 2])]))
+    alone = ex.execute(StepPlan(0, 16, [_chunk("a", a, 0, [0, 1, 2])]))
     first = [kv[:, :40].clone() for kv in ex.kv_cache.kv]
     ex.execute(StepPlan(1, 16, [_chunk("b", b, 0, [9]), _chunk("a", a[:17], 0, [5, 6, 7], False)]))
-    ex.execute(StepPlan(2, 16, [_chunk("a", a[17:], 17, [5, 6, 7]), _chunk("b", [3], 15, [9])]))
+    again = ex.execute(StepPlan(2, 16, [_chunk("a", a[17:], 17, [5, 6, 7]),
+                                        _chunk("b", [3], 15, [9])]))
+    assert again.sampled_token_ids["a"] == alone.sampled_token_ids["a"]
     for layer, kv in enumerate(ex.kv_cache.kv):
-        assert torch.equal(kv[:, 80:120], first[layer]), f"layer {layer}"
+        diff = float((kv[:, 80:120] - first[layer]).abs().max())
+        assert diff <= RECOMPUTE_KV_ATOL, f"layer {layer}: max |diff| {diff}"
 
 
 def test_prefix_hit_reuses_another_requests_kv(model: PagedDecoder) -> None:

@@ -7,15 +7,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Override to fetch the CPU wheel from another index, e.g. TORCH_PIP_ARGS="--index-url URL".
 TORCH_PIP_ARGS ?=
+# Every package the two commands install, at the version that was tested: a new release of
+# a dependency cannot change a fresh clone. `make lock` refreshes it (then run make test lint).
+CONSTRAINTS := requirements/constraints.txt
 
-.PHONY: demo test lint bench reproduce reproduce-victim-policies clean
+.PHONY: demo test lint bench reproduce reproduce-victim-policies clean lock
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) --upgrade pip
+	$(BIN)/pip install -q -c $(CONSTRAINTS) torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@
+
+# Resolve the dependencies afresh in a scratch venv (newest releases that pyproject.toml
+# admits) and write them to $(CONSTRAINTS).
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip
+	.lock-venv/bin/pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
+	.lock-venv/bin/pip install -q -e '.[dev]'
+	.lock-venv/bin/python scripts/write_constraints.py .lock-venv/bin/python $(CONSTRAINTS)
+	rm -rf .lock-venv
 
 demo: $(BIN)/.installed
 	$(BIN)/python -m experiments.run -m
@@ -40,4 +54,4 @@ reproduce-victim-policies: $(BIN)/.installed
 	scripts/reproduce_victim_policies.sh
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .lock-venv outputs multirun .pytest_cache .mypy_cache .ruff_cache

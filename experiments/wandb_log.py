@@ -109,10 +109,13 @@ def log_run(config: Mapping[str, Any], summary: Mapping[str, Any], requests: pa.
 
     root = Path(opts.dir) if opts.dir else Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
-    run = wandb.init(project=opts.project, entity=opts.entity, mode=opts.mode,  # type: ignore[arg-type]
-                     dir=str(root), group=opts.group or group, name=name,
-                     tags=list(opts.tags), config=json_safe(flatten(config)),
-                     settings=wandb.Settings(console="off"))
+    # Keyword arguments through a dict: wandb's annotations of `mode` differ between releases,
+    # and an ignore comment needed by one release is an unused ignore under another.
+    init_args: dict[str, Any] = dict(
+        project=opts.project, entity=opts.entity, mode=opts.mode, dir=str(root),
+        group=opts.group or group, name=name, tags=list(opts.tags),
+        config=json_safe(flatten(config)), settings=wandb.Settings(console="off"))
+    run = wandb.init(**init_args)
     try:
         run.summary.update(json_safe(dict(summary)))
         payload: dict[str, Any] = {}
@@ -183,14 +186,17 @@ def _set(target: dict[str, Any], item: Any) -> None:
 
 def read_offline_run(run_dir: str | Path) -> OfflineRun:
     """Decode the `run-*.wandb` file of an offline run folder."""
-    from wandb.proto import wandb_internal_pb2 as pb
+    import importlib
+
+    # Generated protobuf code: typed as Any, since not every wandb release ships its stubs.
+    pb: Any = importlib.import_module("wandb.proto.wandb_internal_pb2")
 
     files = sorted(Path(run_dir).glob("run-*.wandb"))
     if not files:
         raise FileNotFoundError(f"{run_dir}: no run-*.wandb file")
     out = OfflineRun(path=files[0])
     for raw in _records(files[0].read_bytes()):
-        rec = pb.Record()  # type: ignore[attr-defined]
+        rec = pb.Record()
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
         if kind == "run":

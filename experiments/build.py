@@ -25,6 +25,7 @@ from engines.cost_model import FittedCostModel
 from engines.executors.base import Executor
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
+from experiments.preflight import check_real_executor
 from schedulers.contract import Scheduler
 
 T = TypeVar("T")
@@ -174,6 +175,8 @@ def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpe
                    hardware: HardwareSpec, num_slots: int | None = None) -> Executor:
     """The executor named by `cfg_executor.name`: "sim" (cost model) or "real" (a checkpoint
     run by our paged decoder, with `num_slots` KV slots: the scheduler's pool)."""
+    if cfg_executor.get("name") == "real":
+        check_real_executor(cfg_executor)  # before as_dict, which fails on a missing value
     d = as_dict(cfg_executor)
     name = d.pop("name", None)
     if name == "sim":
@@ -187,9 +190,6 @@ def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpe
         from engines.executors.real import RealExecutor, RealExecutorConfig
 
         valid = {"model_path", "kernel", "dtype", "device"}
-        if not d.get("model_path"):
-            raise ValueError("executor (real): model_path is required: a checkpoint folder "
-                             "with config.json and *.safetensors")
         cfg = construct(lambda **kw: RealExecutorConfig(num_slots=num_slots, **kw),
                         "executor (real)", d, valid)
         return RealExecutor.from_config(cfg)

@@ -297,7 +297,10 @@ def explain_override_error(args: Sequence[str], config_dir: str,
             node: Any = cfg
             parts = key.split(".")
             for i, part in enumerate(parts):
-                if isinstance(node, DictConfig) and part in node:
+                # `in` is False for a key whose value is missing (???): it exists all the same
+                if isinstance(node, DictConfig) and part in set(node.keys()):
+                    if OmegaConf.is_missing(node, part):
+                        break  # a leaf without a value: the key is valid
                     node = node[part]
                     continue
                 where = ".".join(parts[:i]) or "the top level"

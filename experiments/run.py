@@ -48,6 +48,7 @@ from experiments.build import (
 )
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.metrics import compute_metrics_from_files
+from experiments.preflight import ConfigError, check_config, explain_scheduler_keys
 from experiments.progress import ProgressRecorder, progress_enabled
 from experiments.sinks import (
     REQUESTS_FILE,
@@ -345,6 +346,11 @@ def main(cfg: DictConfig) -> None:
         name = f"{hc.job.num}:{hc.job.override_dirname or cfg.scheduler.name}"
     else:
         group, name = None, f"{cfg.scheduler.name}:{cfg.workload.name}"
+    try:
+        check_config(cfg)
+    except ConfigError as e:
+        if _enum_value(cfg.get("on_error", "fail")) != "record":
+            sys.exit(f"error: {e}")  # one message, no traceback: the config is wrong
     done = complete_result(out_dir, config_hash(cfg)) if cfg.get("resume", False) else None
     if done is not None:
         where = f"[job {hc.job.num}] " if multirun else ""
@@ -368,11 +374,17 @@ def main(cfg: DictConfig) -> None:
 
 
 def cli() -> None:
-    """`main` with a hint after a failed override: the valid keys where a key was unknown."""
+    """`main` after the command-line checks that Hydra cannot make (a scheduler key that a
+    scheduler of the sweep lacks), with a hint after a failed override: the valid keys where
+    a key was unknown."""
+    problem = explain_scheduler_keys(sys.argv[1:], CONF_DIR)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     try:
         main()
     except SystemExit as e:
-        if e.code not in (0, None):
+        if e.code not in (0, None) and not isinstance(e.code, str):
             hint = explain_override_error(sys.argv[1:], CONF_DIR)
             if hint:
                 print(hint, file=sys.stderr)

@@ -125,7 +125,7 @@ def test_builders_name_bad_fields() -> None:
         build_hardware({"name": "h", "peak_flops": "fast"})
     with pytest.raises(ValueError, match=r"executor.name='tpu': unknown; valid: sim, real"):
         build_executor({"name": "tpu"}, None, None)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"executor \(real\): model_path is required"):
+    with pytest.raises(ValueError, match=r"executor=real needs executor.model_path"):
         build_executor({"name": "real"}, None, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"workload.name='trace': unknown; valid: synthetic"):
         build_workload({"name": "trace"})

@@ -1,7 +1,8 @@
-# Quick start: `make demo` (vLLM and SGLang side by side on the default workload) and
-# `make test` (the test suite). `make reproduce` runs the three paper-style studies
-# (scripts/reproduce_*.sh; needs the traces: scripts/fetch_traces.sh).
-# Both create .venv on first use and install the project with CPU PyTorch 2.13.0.
+# Quick start: `make demo` (vLLM and SGLang side by side on the default workload),
+# `make test` (the test suite) and `make lint` (ruff, mypy). `make reproduce` runs the three
+# paper-style studies (scripts/reproduce_*.sh; needs the traces: scripts/fetch_traces.sh).
+# Each creates .venv on first use and installs the project with CPU PyTorch 2.13.0 and the
+# pinned versions of requirements/constraints.txt (`make lock` refreshes them).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

@@ -38,18 +38,26 @@ from omegaconf import DictConfig
 from engines.engine import Engine, SchedulerCheck
 from engines.records import Recorder
 from experiments.build import (
+    ContextLength,
     as_dict,
     build_admission,
     build_executor,
     build_hardware,
     build_model,
     build_scheduler,
+    context_length,
     cost_model_summary,
 )
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.metrics import compute_metrics_from_files
 from experiments.preflight import ConfigError, check_config, explain_scheduler_keys
 from experiments.progress import ProgressRecorder, progress_enabled
+from experiments.provenance import (
+    checkpoint_config,
+    git_state,
+    real_model_summary,
+    sim_model_summary,
+)
 from experiments.sinks import (
     REQUESTS_FILE,
     STEPS_FILE,
@@ -59,7 +67,7 @@ from experiments.sinks import (
     write_json,
     write_table,
 )
-from experiments.workloads import stream_workload
+from experiments.workloads import RequestStream, stream_workload
 from schedulers.contract import Request, Scheduler
 
 log = logging.getLogger(__name__)
@@ -137,7 +145,68 @@ def validate_run_config(cfg: DictConfig) -> None:
         raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
 
 
-def failed_summary(cfg: DictConfig, error: Exception) -> dict[str, Any]:
+def workload_label(cfg: DictConfig, label: str | None = None) -> str:
+    """The workload's own name: `label` when given, else the config file Hydra composed
+    (`workload=azure_conv`: "azure_conv", where `workload.name` is the generator, "azure"
+    for both Azure traces), else `workload.name` (a config composed without Hydra's run)."""
+    if label:
+        return label
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get("workload")
+        if choice:
+            return str(choice)
+    return str(cfg.workload.name)
+
+
+def workload_summary(cfg: DictConfig, stream: RequestStream, label: str | None
+                     ) -> dict[str, Any]:
+    """summary.json's workload fields: its own name, generator, trace file, and what its
+    transforms dropped (reason -> count) or clipped before the run."""
+    return {"workload": workload_label(cfg, label),
+            "workload_generator": str(cfg.workload.name),
+            "workload_file": cfg.workload.get("file"),
+            "workload_dropped": dict(stream.dropped),
+            "workload_clipped": stream.clipped}
+
+
+# A run warns when at least this share of the offered requests did not complete (rejected
+# for any reason or aborted): the latency statistics then describe a selection.
+REFUSED_WARN_SHARE = 0.1
+
+
+def run_warnings(summary: Mapping[str, Any]) -> list[str]:
+    """What a reader of this run's numbers must know (summary.json `warnings`)."""
+    out: list[str] = []
+    dropped = summary.get("workload_dropped") or {}
+    if dropped.get("max_input_len"):
+        out.append(f"workload: {dropped['max_input_len']} requests dropped before the run, "
+                   "their prompts longer than workload.max_input_len")
+    if summary.get("workload_clipped"):
+        out.append(f"workload: {summary['workload_clipped']} prompts clipped to "
+                   "workload.max_input_len")
+    offered = int(summary.get("offered") or 0)
+    refused = {"too long for max_model_len": summary.get("rejected_too_long", 0),
+               "larger than the KV pool": summary.get("rejected_kv_pool", 0),
+               "rejected for another reason": summary.get("rejected_other", 0),
+               "refused with 503": summary.get("rejected_503", 0),
+               "aborted": summary.get("aborted", 0)}
+    not_served = sum(int(v or 0) for v in refused.values())
+    if offered and not_served / offered >= REFUSED_WARN_SHARE:
+        parts = ", ".join(f"{n} {why}" for why, n in refused.items() if n)
+        out.append(f"{summary.get('completed')} of {offered} requests completed; "
+                   f"{not_served} ({not_served / offered:.0%}) did not: {parts} "
+                   f"(max_model_len={summary.get('max_model_len')} from "
+                   f"{summary.get('max_model_len_source')}); latency statistics cover the "
+                   "completed requests only")
+    if summary.get("max_model_len_source") == "scheduler default":
+        out.append("no context length given (max_model_len, the scheduler's own, or the "
+                   "model's max_position_embeddings): each scheduler uses its built-in "
+                   "default (vllm 4096, sglang the KV pool), which differ")
+    return out
+
+
+def failed_summary(cfg: DictConfig, error: Exception,
+                   workload: str | None = None) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
     return {
         "status": "failed",
@@ -145,9 +214,10 @@ def failed_summary(cfg: DictConfig, error: Exception) -> dict[str, Any]:
         "error": f"{type(error).__name__}: {error}",
         "scheduler": str(cfg.scheduler.name),
         "executor": str(cfg.executor.name),
-        "workload": str(cfg.workload.name),
+        "workload": workload_label(cfg, workload),
         "seed": int(cfg.seed),
         "kv_capacity_tokens": int(cfg.kv_capacity_tokens),
+        **git_state(),
     }
 
 
@@ -158,10 +228,24 @@ def with_output_token_ids(table: pa.Table, requests: list[Request]) -> pa.Table:
     return table.append_column("output_token_ids", pa.array(column, pa.list_(pa.int64())))
 
 
+def job_context_length(cfg: DictConfig, model_context: int | None,
+                       checkpoint: Mapping[str, Any] | None) -> ContextLength:
+    """The job's context length (`experiments.build.context_length`): the model's default is
+    the checkpoint's config.json with `executor=real`, the model group's with the sim."""
+    top = cfg.get("max_model_len")
+    if str(cfg.executor.name) == "real":
+        ctx = (checkpoint or {}).get("max_position_embeddings")
+        return context_length(top, cfg.scheduler, int(ctx) if ctx else None,
+                              "checkpoint config.json max_position_embeddings")
+    return context_length(top, cfg.scheduler, model_context, "model.max_position_embeddings")
+
+
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
-                   run_name: str | None = None) -> dict[str, Any]:
+                   run_name: str | None = None, workload: str | None = None
+                   ) -> dict[str, Any]:
     """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
-    `logger.name` is wandb, in `group` under `run_name`); returns the summary.
+    `logger.name` is wandb, in `group` under `run_name`); returns the summary. `workload`
+    names the workload in the summary (default: `workload_label`).
 
     Requests are built as the clock reaches them and the records are spooled to hidden
     temporary files in `out_dir` as the run goes (moved into place at the end, deleted on an
@@ -175,11 +259,11 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     # The real executor's tokens are read back from the requests: keep them (small runs).
     requests: Iterable[Request] = list(stream) if real else stream
     admission = build_admission(cfg.get("admission"))
-    max_len = cfg.get("max_model_len")
-    scheduler = build_scheduler(cfg.scheduler, kv_capacity,
-                                int(max_len) if max_len is not None else None)
     model = build_model(cfg.model)
     hardware = build_hardware(cfg.hardware)
+    checkpoint = checkpoint_config(cfg.executor) if real else None
+    ctx = job_context_length(cfg, model.max_position_embeddings, checkpoint)
+    scheduler = build_scheduler(cfg.scheduler, kv_capacity, ctx.value)
     # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
     executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity + scheduler.page_size)
@@ -206,20 +290,26 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             "scheduler": scheduler.name,
             "executor": str(cfg.executor.name),
             **cost_model_summary(cfg.executor),
-            "model": model.name,
-            "hardware": hardware.name,
-            "workload": str(cfg.workload.name),
+            **(real_model_summary(executor, str(cfg.executor.model_path), checkpoint) if real
+               else sim_model_summary(model, hardware)),
+            **workload_summary(cfg, stream, workload),
             "seed": seed,
             "kv_capacity_tokens": kv_capacity,
+            "max_model_len": ctx.value,
+            "max_model_len_source": ctx.source,
+            **git_state(),
             **compute_metrics_from_files(*spool, slo_ms=_slo(cfg),
                                          kv_capacity_tokens=kv_capacity),
         }
+        summary["warnings"] = run_warnings(summary)
         paths = commit_run(out_dir, spool[0], spool[1], summary)
     except BaseException:
         recorder.discard()
         raise
     log.info("%d requests, %d steps replayed in %.2f s wall; wrote %s", recorder.num_requests,
              result.num_steps, wall, ", ".join(str(p) for p in paths.values()))
+    for warning in summary["warnings"]:
+        log.warning("%s: %s", run_name or scheduler.name, warning)
     logger = as_dict(cfg.get("logger"))
     if logger.get("name") == "wandb":
         _log_wandb(cfg, logger, summary, pq.read_table(paths["requests"]),
@@ -257,17 +347,19 @@ def _job_figures(summary: dict[str, Any], requests: Any, steps: Any, out: Path
 
 
 def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
+    if v is None or (isinstance(v, float) and v != v):
+        return "n/a"  # a statistic over no data
     if isinstance(v, float):
-        return "nan" if v != v else f"{v:.2f}"
+        return f"{v:.2f}"
     return str(v)
 
 
 _TABLE: list[tuple[str, list[tuple[str, str]]]] = [
     ("Serving Benchmark Result", [
         ("Scheduler", "scheduler"), ("Model / hardware", "_model_hw"),
-        ("Successful requests", "completed"), ("Rejected / aborted", "_rej_abort"),
+        ("Workload", "workload"), ("Context length", "_ctx"),
+        ("Requests offered", "offered"), ("Successful requests", "completed"),
+        ("Rejected: too long / KV pool / other", "_rej_kinds"), ("Aborted", "aborted"),
         ("Rejected with 503 (share)", "_rej_503"),
         ("Benchmark duration (s)", "duration"), ("Total input tokens", "total_input_tokens"),
         ("Total generated tokens", "total_output_tokens"),
@@ -308,7 +400,9 @@ def format_summary(s: Mapping[str, Any]) -> str:
     """The summary as a `vllm bench serve`-style text table."""
     derived = {
         "_model_hw": f"{s.get('model')} / {s.get('hardware')} ({s.get('executor')})",
-        "_rej_abort": f"{s.get('rejected')} / {s.get('aborted')}",
+        "_ctx": f"{s.get('max_model_len')} ({s.get('max_model_len_source')})",
+        "_rej_kinds": f"{s.get('rejected_too_long')} / {s.get('rejected_kv_pool')} / "
+                      f"{s.get('rejected_other')}",
         "_rej_503": f"{s.get('rejected_503')} ({_fmt(s.get('rejection_rate_503'))})",
         "_victim_e2el": f"{_fmt(s.get('median_e2el_victim_ms'))} / "
                         f"{_fmt(s.get('median_e2el_nonvictim_ms'))}",
@@ -322,6 +416,7 @@ def format_summary(s: Mapping[str, Any]) -> str:
             v = derived[key] if key in derived else _fmt(s.get(key))
             lines.append(f"{label}:" + v.rjust(max(50 - len(label) - 1, len(v) + 1)))
     lines.append("=" * 50)
+    lines.extend(f"WARNING: {w}" for w in s.get("warnings") or ())
     return "\n".join(lines)
 
 

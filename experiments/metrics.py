@@ -139,8 +139,8 @@ def _rejection_kinds(batch: pa.RecordBatch, rejected: np.ndarray) -> dict[str, i
 # Request rows per batch when reading list columns (token times: a few MiB per batch).
 _LIST_BATCH_ROWS = 1024
 # Scalar request columns of the summary (read in batches, like the list columns).
-_SCALARS = ("finish_reason", "finish_detail", "arrival_time", "finish_time", "first_token_time", "prompt_len",
-            "output_len", "num_preemptions", "victim", "num_computed_tokens",
+_SCALARS = ("finish_reason", "finish_detail", "arrival_time", "finish_time", "first_token_time",
+            "prompt_len", "output_len", "num_preemptions", "victim", "num_computed_tokens",
             "num_recomputed_tokens")
 
 

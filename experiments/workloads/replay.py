@@ -93,7 +93,7 @@ def request_stream(records: Sequence[TraceRecord] | Selection, opts: ReplayOptio
     prompt function `prompt(i, record)` per iteration (seeded state starts afresh). From a
     `Selection`, the stream carries what the transforms dropped or clipped."""
     sel = records if isinstance(records, Selection) else None
-    recs = list(sel.records if sel is not None else records)
+    recs = list(records.records if isinstance(records, Selection) else records)
 
     def make() -> Iterator[Request]:
         prompt = prompts()

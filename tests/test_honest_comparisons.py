@@ -201,7 +201,7 @@ def test_statistics_over_no_data_are_null_never_zero(tmp_path: Path,
                                   *SHORT), job)
     assert s["completed"] == 0 and s["rejected_too_long"] == 12
     on_disk = json.loads((job / "summary.json").read_text())
-    for key in ("median_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "median_e2el_ms",
+    for key in ("median_ttft_ms", "mean_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms",
                 "mean_batch_size"):
         assert on_disk[key] is None, key
     assert next(ln for ln in format_summary(on_disk).splitlines()

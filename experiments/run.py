@@ -424,10 +424,13 @@ def format_line(s: Mapping[str, Any]) -> str:
     """A one-line summary of a job (multirun output)."""
     if s.get("status") == "failed":
         return f"{s.get('scheduler')}: FAILED ({str(s.get('error'))[:200]})"
-    return (f"{s.get('scheduler')}: {s.get('completed')} done, "
+    refused = sum(int(s.get(k) or 0) for k in ("rejected", "rejected_503", "aborted"))
+    notes = f" ({refused} rejected or aborted)" if refused else ""
+    warnings = f", {len(s['warnings'])} warning(s)" if s.get("warnings") else ""
+    return (f"{s.get('scheduler')}: {s.get('completed')} of {s.get('offered')} done{notes}, "
             f"{_fmt(s.get('request_throughput'))} req/s, median E2EL "
             f"{_fmt(s.get('median_e2el_ms'))} ms, p99 {_fmt(s.get('p99_e2el_ms'))} ms, "
-            f"{s.get('num_preemptions')} evictions")
+            f"{s.get('num_preemptions')} evictions{warnings}")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base=None)

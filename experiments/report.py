@@ -52,6 +52,7 @@ COMPARISON_METRICS: tuple[str, ...] = (
 )
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
+    ("max_model_len", "Context length (max_model_len)"),
     ("offered", "Requests offered"),
     ("completed", "Completed"),
     ("rejected_too_long", "Rejected: too long"),

@@ -103,6 +103,18 @@ def context_length(max_model_len: int | None, cfg_scheduler: Mapping[str, Any] |
         return ContextLength(int(model_context), model_source)
     return ContextLength(None, "scheduler default")
 
+def job_context_length(cfg: DictConfig, model_context: int | None,
+                       checkpoint: Mapping[str, Any] | None) -> ContextLength:
+    """The job's context length (`context_length`): the model's default is
+    the checkpoint's config.json with `executor=real`, the model group's with the sim."""
+    top = cfg.get("max_model_len")
+    if str(cfg.executor.name) == "real":
+        ctx = (checkpoint or {}).get("max_position_embeddings")
+        return context_length(top, cfg.scheduler, int(ctx) if ctx else None,
+                              "checkpoint config.json max_position_embeddings")
+    return context_length(top, cfg.scheduler, model_context, "model.max_position_embeddings")
+
+
 # name -> (module, scheduler class, config class, config field that from_capacity sets)
 _SCHEDULER_CLASSES: dict[str, tuple[str, str, str, str]] = {
     "sglang": ("schedulers.sglang", "SglangScheduler", "SglangSchedulerConfig",

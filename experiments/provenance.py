@@ -4,6 +4,7 @@ real executor (its checkpoint, not the sim's model group), the workload's own na
     git_state()                          # {"git_commit": sha or None, "git_dirty": bool or None}
     checkpoint_config(cfg.executor)      # the checkpoint's config.json, or None
     real_model_summary(executor, path)   # model, layers, hidden size, dtype, device
+    workload_summary(cfg, stream, None)  # the workload config's name, what it dropped
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+
+from experiments.workloads import RequestStream
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,3 +94,27 @@ def sim_model_summary(model: Any, hardware: Any) -> dict[str, Any]:
             "num_hidden_layers": int(model.num_hidden_layers),
             "hidden_size": int(model.hidden_size), "dtype": None, "device": None,
             "hardware": hardware.name}
+
+
+def workload_label(cfg: DictConfig, label: str | None = None) -> str:
+    """The workload's own name: `label` when given, else the config file Hydra composed
+    (`workload=azure_conv`: "azure_conv", where `workload.name` is the generator, "azure"
+    for both Azure traces), else `workload.name` (a config composed without Hydra's run)."""
+    if label:
+        return label
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get("workload")
+        if choice:
+            return str(choice)
+    return str(cfg.workload.name)
+
+
+def workload_summary(cfg: DictConfig, stream: RequestStream, label: str | None
+                     ) -> dict[str, Any]:
+    """summary.json's workload fields: its own name, generator, trace file, and what its
+    transforms dropped (reason -> count) or clipped before the run."""
+    return {"workload": workload_label(cfg, label),
+            "workload_generator": str(cfg.workload.name),
+            "workload_file": cfg.workload.get("file"),
+            "workload_dropped": dict(stream.dropped),
+            "workload_clipped": stream.clipped}

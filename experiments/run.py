@@ -38,16 +38,16 @@ from omegaconf import DictConfig
 from engines.engine import Engine, SchedulerCheck
 from engines.records import Recorder
 from experiments.build import (
-    ContextLength,
     as_dict,
     build_admission,
     build_executor,
     build_hardware,
     build_model,
     build_scheduler,
-    context_length,
     cost_model_summary,
+    job_context_length,
 )
+from experiments.caveats import run_warnings
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.metrics import compute_metrics_from_files
 from experiments.preflight import ConfigError, check_config, explain_scheduler_keys
@@ -57,6 +57,8 @@ from experiments.provenance import (
     git_state,
     real_model_summary,
     sim_model_summary,
+    workload_label,
+    workload_summary,
 )
 from experiments.sinks import (
     REQUESTS_FILE,
@@ -67,7 +69,7 @@ from experiments.sinks import (
     write_json,
     write_table,
 )
-from experiments.workloads import RequestStream, stream_workload
+from experiments.workloads import stream_workload
 from schedulers.contract import Request, Scheduler
 
 log = logging.getLogger(__name__)
@@ -145,66 +147,6 @@ def validate_run_config(cfg: DictConfig) -> None:
         raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
 
 
-def workload_label(cfg: DictConfig, label: str | None = None) -> str:
-    """The workload's own name: `label` when given, else the config file Hydra composed
-    (`workload=azure_conv`: "azure_conv", where `workload.name` is the generator, "azure"
-    for both Azure traces), else `workload.name` (a config composed without Hydra's run)."""
-    if label:
-        return label
-    if HydraConfig.initialized():
-        choice = HydraConfig.get().runtime.choices.get("workload")
-        if choice:
-            return str(choice)
-    return str(cfg.workload.name)
-
-
-def workload_summary(cfg: DictConfig, stream: RequestStream, label: str | None
-                     ) -> dict[str, Any]:
-    """summary.json's workload fields: its own name, generator, trace file, and what its
-    transforms dropped (reason -> count) or clipped before the run."""
-    return {"workload": workload_label(cfg, label),
-            "workload_generator": str(cfg.workload.name),
-            "workload_file": cfg.workload.get("file"),
-            "workload_dropped": dict(stream.dropped),
-            "workload_clipped": stream.clipped}
-
-
-# A run warns when at least this share of the offered requests did not complete (rejected
-# for any reason or aborted): the latency statistics then describe a selection.
-REFUSED_WARN_SHARE = 0.1
-
-
-def run_warnings(summary: Mapping[str, Any]) -> list[str]:
-    """What a reader of this run's numbers must know (summary.json `warnings`)."""
-    out: list[str] = []
-    dropped = summary.get("workload_dropped") or {}
-    if dropped.get("max_input_len"):
-        out.append(f"workload: {dropped['max_input_len']} requests dropped before the run, "
-                   "their prompts longer than workload.max_input_len")
-    if summary.get("workload_clipped"):
-        out.append(f"workload: {summary['workload_clipped']} prompts clipped to "
-                   "workload.max_input_len")
-    offered = int(summary.get("offered") or 0)
-    refused = {"too long for max_model_len": summary.get("rejected_too_long", 0),
-               "larger than the KV pool": summary.get("rejected_kv_pool", 0),
-               "rejected for another reason": summary.get("rejected_other", 0),
-               "refused with 503": summary.get("rejected_503", 0),
-               "aborted": summary.get("aborted", 0)}
-    not_served = sum(int(v or 0) for v in refused.values())
-    if offered and not_served / offered >= REFUSED_WARN_SHARE:
-        parts = ", ".join(f"{n} {why}" for why, n in refused.items() if n)
-        out.append(f"{summary.get('completed')} of {offered} requests completed; "
-                   f"{not_served} ({not_served / offered:.0%}) did not: {parts} "
-                   f"(max_model_len={summary.get('max_model_len')} from "
-                   f"{summary.get('max_model_len_source')}); latency statistics cover the "
-                   "completed requests only")
-    if summary.get("max_model_len_source") == "scheduler default":
-        out.append("no context length given (max_model_len, the scheduler's own, or the "
-                   "model's max_position_embeddings): each scheduler uses its built-in "
-                   "default (vllm 4096, sglang the KV pool), which differ")
-    return out
-
-
 def failed_summary(cfg: DictConfig, error: Exception,
                    workload: str | None = None) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
@@ -226,18 +168,6 @@ def with_output_token_ids(table: pa.Table, requests: list[Request]) -> pa.Table:
     tokens = {r.request_id: r.output_token_ids for r in requests}
     column = [tokens[rid] for rid in table.column("request_id").to_pylist()]
     return table.append_column("output_token_ids", pa.array(column, pa.list_(pa.int64())))
-
-
-def job_context_length(cfg: DictConfig, model_context: int | None,
-                       checkpoint: Mapping[str, Any] | None) -> ContextLength:
-    """The job's context length (`experiments.build.context_length`): the model's default is
-    the checkpoint's config.json with `executor=real`, the model group's with the sim."""
-    top = cfg.get("max_model_len")
-    if str(cfg.executor.name) == "real":
-        ctx = (checkpoint or {}).get("max_position_embeddings")
-        return context_length(top, cfg.scheduler, int(ctx) if ctx else None,
-                              "checkpoint config.json max_position_embeddings")
-    return context_length(top, cfg.scheduler, model_context, "model.max_position_embeddings")
 
 
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,

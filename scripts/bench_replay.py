@@ -174,8 +174,13 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
     `records`: "spool" (as experiments.run: lazy requests, parquet spool, metrics from the
     files; digest of the files) or "memory" (the whole list, in-memory tables; digest of the
     tables, comparable across versions)."""
-    from experiments.build import build_executor, build_hardware, build_model, build_scheduler
-    from experiments.run import job_context_length
+    from experiments.build import (
+        build_executor,
+        build_hardware,
+        build_model,
+        build_scheduler,
+        job_context_length,
+    )
 
     cfg = compose(scheduler, trace, max_requests, kv_capacity_tokens, request_rate)
     model = build_model(cfg.model)

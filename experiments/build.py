@@ -115,6 +115,16 @@ def job_context_length(cfg: DictConfig, model_context: int | None,
     return context_length(top, cfg.scheduler, model_context, "model.max_position_embeddings")
 
 
+def effective_context_length(scheduler: Scheduler, ctx: ContextLength) -> int | None:
+    """The context length `scheduler` runs with: `ctx.value`, else its config's own field
+    (vllm's built-in 4096; None for sglang, whose pool is then the limit, or unknown)."""
+    if ctx.value is not None:
+        return ctx.value
+    value = getattr(getattr(scheduler, "config", None), CONTEXT_FIELDS.get(scheduler.name, ""),
+                    None)
+    return int(value) if isinstance(value, int) else None
+
+
 # name -> (module, scheduler class, config class, config field that from_capacity sets)
 _SCHEDULER_CLASSES: dict[str, tuple[str, str, str, str]] = {
     "sglang": ("schedulers.sglang", "SglangScheduler", "SglangSchedulerConfig",

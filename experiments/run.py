@@ -45,6 +45,7 @@ from experiments.build import (
     build_model,
     build_scheduler,
     cost_model_summary,
+    effective_context_length,
     job_context_length,
 )
 from experiments.caveats import run_warnings
@@ -225,7 +226,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             **workload_summary(cfg, stream, workload),
             "seed": seed,
             "kv_capacity_tokens": kv_capacity,
-            "max_model_len": ctx.value,
+            "max_model_len": effective_context_length(scheduler, ctx),
             "max_model_len_source": ctx.source,
             **git_state(),
             **compute_metrics_from_files(*spool, slo_ms=_slo(cfg),

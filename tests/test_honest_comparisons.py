@@ -92,6 +92,12 @@ def test_context_length_overrides_name_their_source(tmp_path: Path) -> None:
         6500, "scheduler.max_model_len")
     llama2 = run_experiment(job_config("model=llama2_7b", *LONG), tmp_path / "llama2")
     assert llama2["max_model_len"] == 4096 and llama2["rejected_too_long"] == 4
+    # no context length anywhere: each scheduler's built-in default, recorded and warned of
+    unknown = run_experiment(job_config("model.max_position_embeddings=null", *LONG),
+                             tmp_path / "unknown")
+    assert (unknown["max_model_len"], unknown["max_model_len_source"]) == (
+        4096, "scheduler default")
+    assert any("built-in default" in w for w in unknown["warnings"])
 
 
 # --- 2. offered / completed / rejected by reason / aborted, and different sets ------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -73,6 +74,57 @@ def _import_target(target: str) -> Callable[..., Any]:
 # name -> the config field that holds the model's context length (top-level max_model_len)
 CONTEXT_FIELDS = {"vllm": "max_model_len", "sglang": "context_length"}
 
+
+@dataclass(frozen=True, slots=True)
+class ContextLength:
+    """The context length a scheduler gets (None: its built-in default) and where it came
+    from (summary.json `max_model_len`, `max_model_len_source`)."""
+
+    value: int | None
+    source: str
+
+
+def context_length(max_model_len: int | None, cfg_scheduler: Mapping[str, Any] | DictConfig,
+                   model_context: int | None, model_source: str) -> ContextLength:
+    """The context length of a job, first set wins: the top-level `max_model_len` (both
+    schedulers), the scheduler's own field (vllm `max_model_len`, sglang `context_length`),
+    the model's (`model_context`, read from `model_source`). Without any, the scheduler's
+    built-in default (vllm 4096, sglang: the pool), which differ: source "scheduler default".
+    A `target` scheduler keeps its own setting (source "scheduler.target")."""
+    fields = as_dict(cfg_scheduler)
+    if fields.get("target"):
+        return ContextLength(None, "scheduler.target")
+    if max_model_len is not None:
+        return ContextLength(int(max_model_len), "max_model_len")
+    key = CONTEXT_FIELDS.get(str(fields.get("name")))
+    if key is not None and fields.get(key) is not None:
+        return ContextLength(int(fields[key]), f"scheduler.{key}")
+    if model_context is not None:
+        return ContextLength(int(model_context), model_source)
+    return ContextLength(None, "scheduler default")
+
+def job_context_length(cfg: DictConfig, model_context: int | None,
+                       checkpoint: Mapping[str, Any] | None) -> ContextLength:
+    """The job's context length (`context_length`): the model's default is
+    the checkpoint's config.json with `executor=real`, the model group's with the sim."""
+    top = cfg.get("max_model_len")
+    if str(cfg.executor.name) == "real":
+        ctx = (checkpoint or {}).get("max_position_embeddings")
+        return context_length(top, cfg.scheduler, int(ctx) if ctx else None,
+                              "checkpoint config.json max_position_embeddings")
+    return context_length(top, cfg.scheduler, model_context, "model.max_position_embeddings")
+
+
+def effective_context_length(scheduler: Scheduler, ctx: ContextLength) -> int | None:
+    """The context length `scheduler` runs with: `ctx.value`, else its config's own field
+    (vllm's built-in 4096; None for sglang, whose pool is then the limit, or unknown)."""
+    if ctx.value is not None:
+        return ctx.value
+    value = getattr(getattr(scheduler, "config", None), CONTEXT_FIELDS.get(scheduler.name, ""),
+                    None)
+    return int(value) if isinstance(value, int) else None
+
+
 # name -> (module, scheduler class, config class, config field that from_capacity sets)
 _SCHEDULER_CLASSES: dict[str, tuple[str, str, str, str]] = {
     "sglang": ("schedulers.sglang", "SglangScheduler", "SglangSchedulerConfig",
@@ -94,8 +146,12 @@ def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
     fields = as_dict(cfg_scheduler)
     name = fields.pop("name", None)
     target = fields.pop("target", None)
-    if max_model_len is not None and name in CONTEXT_FIELDS and not target:
-        fields[CONTEXT_FIELDS[str(name)]] = int(max_model_len)
+    if name in CONTEXT_FIELDS and not target:
+        key = CONTEXT_FIELDS[str(name)]
+        if max_model_len is not None:
+            fields[key] = int(max_model_len)
+        elif fields.get(key) is None:
+            fields.pop(key, None)  # the config class's own default
     if target:
         factory = _import_target(str(target))
         sched: Scheduler = factory(kv_capacity_tokens, **fields)

@@ -161,7 +161,8 @@ class RunConfig:
 
     `kv_capacity_tokens` is the KV pool in token slots, the same for every scheduler of a
     comparison (vLLM: that many / block_size blocks); `max_model_len`, when set, is the
-    context length of either scheduler (vLLM `max_model_len`, SGLang `context_length`).
+    context length of either scheduler (vLLM `max_model_len`, SGLang `context_length`); null:
+    each scheduler's own setting, else the model's (`experiments.build.context_length`).
     `name` labels the experiment (sweep folder, W&B group, report titles).
     `check_invariants` checks the scheduler's KV bookkeeping after every step (slower);
     `resume` skips a job whose folder already holds a complete result for this config.
@@ -192,16 +193,17 @@ def _scheduler_schemas() -> dict[str, type]:
     import importlib
 
     out: dict[str, type] = {}
-    for name, module, cls_name, capacity in (
-        ("vllm", "schedulers.vllm", "VllmSchedulerConfig", "num_blocks"),
-        ("sglang", "schedulers.sglang", "SglangSchedulerConfig", "max_total_tokens"),
+    # the context length may be null: the model's then (experiments.build.context_length)
+    for name, module, cls_name, capacity, optional in (
+        ("vllm", "schedulers.vllm", "VllmSchedulerConfig", "num_blocks", ("max_model_len",)),
+        ("sglang", "schedulers.sglang", "SglangSchedulerConfig", "max_total_tokens", ()),
     ):
         try:
             cls = getattr(importlib.import_module(module), cls_name)
         except (ImportError, AttributeError):
             continue
         out[name] = mirror(cls, f"{cls_name.removesuffix('Config')}Schema", drop=(capacity,),
-                           extra=[("name", str, name)])
+                           extra=[("name", str, name)], optional=optional)
     return out
 
 

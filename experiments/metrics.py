@@ -4,13 +4,17 @@ Names and definitions follow `vllm bench serve` where it has them: over complete
 (finish reason "stop" or "length"), TTFT = first token - arrival, E2EL = finish - arrival,
 TPOT = (E2EL - TTFT) / (output_len - 1) for requests with more than one output token, ITL =
 every gap between consecutive tokens of a request; each reported as mean/median/std/p90/p99
-in milliseconds (0 when there is no sample, as vLLM does). `duration` runs from the first
+in milliseconds (NaN, null in summary.json, when there is no sample: vLLM prints 0, which
+reads as a measurement). `duration` runs from the first
 arrival to the last finish. Ours: preemptions (vLLM) or retractions (SGLang) and victims,
 recomputed prefill, prefix-cache hits, recovery on resume (tokens found cached at each
 readmission, capped at what the victim had computed when preempted, over all it had
 computed), victims' latency against the others', restarts per request, KV utilisation and
 batch size over the busy time, and KV swapping (`preemption_mode=swap`: swap-outs, swap-ins,
 fallbacks to recompute, tokens and bytes each way, copy time, swaps per request).
+Requests the scheduler refused (finish reason "rejected") are counted by what their reason
+says (`rejection_kind`: `rejected_too_long` over the context length, `rejected_kv_pool` larger
+than the whole KV pool, `rejected_other`); `offered` counts every request that arrived.
 Requests refused with 503 at the front door (finish reason "rejected_503", admission limits)
 are counted (`rejected_503`) and rated against all arrivals (`rejection_rate_503`); like every
 request that did not complete they are outside the latency statistics and never good, and
@@ -51,8 +55,12 @@ def _i64(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
 
 
 def _stats_ms(prefix: str, seconds: np.ndarray) -> dict[str, float]:
-    """mean/median/std/p90/p99 of `seconds`, in ms, under `vllm bench serve` names."""
-    x = seconds * 1000.0 if seconds.size else np.zeros(1)
+    """mean/median/std/p90/p99 of `seconds`, in ms, under `vllm bench serve` names (NaN
+    when there is no sample)."""
+    if not seconds.size:
+        return dict.fromkeys((f"mean_{prefix}_ms", f"median_{prefix}_ms", f"std_{prefix}_ms",
+                              *(f"p{p}_{prefix}_ms" for p in PERCENTILES)), math.nan)
+    x = seconds * 1000.0
     out = {
         f"mean_{prefix}_ms": float(np.mean(x)),
         f"median_{prefix}_ms": float(np.median(x)),
@@ -98,11 +106,41 @@ def _done_mask(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
     return _reason_is(batch, "stop", "length")
 
 
+# What a scheduler's rejection reason says (`add_request`'s text), checked in this order:
+# the prompt leaves no room under the context length (vllm: Scheduler.add_request after
+# upstream's input processor; sglang: validate_input_length), or exceeds the whole KV pool.
+REJECTION_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("too_long", ("under max_model_len", "exceeds the maximum allowed length")),
+    ("kv_pool", ("KV blocks; the pool holds",)),
+)
+REJECTION_OTHER = "other"
+REJECTION_KIND_NAMES = (*(k for k, _ in REJECTION_KINDS), REJECTION_OTHER)
+
+
+def rejection_kind(detail: str) -> str:
+    """The kind of a scheduler's rejection reason: "too_long", "kv_pool" or "other"."""
+    for kind, phrases in REJECTION_KINDS:
+        if any(p in detail for p in phrases):
+            return kind
+    return REJECTION_OTHER
+
+
+def _rejection_kinds(batch: pa.RecordBatch, rejected: np.ndarray) -> dict[str, int]:
+    """Rejected rows of `batch` counted by `rejection_kind` of their finish_detail."""
+    out = dict.fromkeys(REJECTION_KIND_NAMES, 0)
+    if not rejected.any():
+        return out
+    details = batch.column("finish_detail").filter(pa.array(rejected))
+    for detail in details.to_pylist():
+        out[rejection_kind(detail or "")] += 1
+    return out
+
+
 # Request rows per batch when reading list columns (token times: a few MiB per batch).
 _LIST_BATCH_ROWS = 1024
 # Scalar request columns of the summary (read in batches, like the list columns).
-_SCALARS = ("finish_reason", "arrival_time", "finish_time", "first_token_time", "prompt_len",
-            "output_len", "num_preemptions", "victim", "num_computed_tokens",
+_SCALARS = ("finish_reason", "finish_detail", "arrival_time", "finish_time", "first_token_time",
+            "prompt_len", "output_len", "num_preemptions", "victim", "num_computed_tokens",
             "num_recomputed_tokens")
 
 
@@ -191,7 +229,10 @@ def summarize(requests: RecordSource, steps: RecordSource,
 
     # --- ours: request outcomes ---
     out["num_requests"] = n_all
+    out["offered"] = n_all
     out["rejected"] = sc.rejected
+    for kind, n in sc.rejected_kinds.items():
+        out[f"rejected_{kind}"] = n
     out["rejected_503"] = sc.overloaded
     out["rejection_rate_503"] = _ratio(sc.overloaded, n_all)
     out["aborted"] = sc.aborted
@@ -277,6 +318,7 @@ class _Scalars:
     start: float
     end: float
     rejected: int
+    rejected_kinds: dict[str, int]  # rejected by `rejection_kind`
     overloaded: int
     aborted: int
     unfinished: int
@@ -299,6 +341,7 @@ def _request_scalars(requests: RecordSource) -> _Scalars:
     n_all = rejected = overloaded = aborted = unfinished = done_input = 0
     npre_sum = victims = npre_max = recomputed = computed = 0
     start, end = math.inf, -math.inf
+    kinds = dict.fromkeys(REJECTION_KIND_NAMES, 0)
     restarts = np.zeros(1, dtype=np.int64)
     parts: dict[str, list[np.ndarray]] = {"ttft": [], "e2el": [], "olen": [], "victim": []}
     for b in requests.batches(_SCALARS):
@@ -308,6 +351,8 @@ def _request_scalars(requests: RecordSource) -> _Scalars:
         done = _done_mask(b)
         rej = _reason_is(b, "rejected")
         rejected += int(rej.sum())
+        for kind, n in _rejection_kinds(b, rej).items():
+            kinds[kind] += n
         over = _reason_is(b, OVERLOADED)
         overloaded += int(over.sum())
         aborted += int(_reason_is(b, "abort").sum())
@@ -347,7 +392,7 @@ def _request_scalars(requests: RecordSource) -> _Scalars:
     def cat(name: str, dtype: type) -> np.ndarray:
         return np.concatenate(parts[name]) if parts[name] else np.zeros(0, dtype=dtype)
 
-    return _Scalars(n_all, start, end, rejected, overloaded, aborted, unfinished, done_input,
+    return _Scalars(n_all, start, end, rejected, kinds, overloaded, aborted, unfinished, done_input,
                     npre_sum,
                     victims, npre_max, restarts, recomputed, computed, cat("ttft", np.float64),
                     cat("e2el", np.float64), cat("olen", np.int64), cat("victim", bool))
@@ -434,11 +479,13 @@ def _occupancy(n: int, kv_max: int, run_max: int, batch_max: int, busy: float,
     """KV slots and batch size: peaks, and means weighted by step duration (busy time)."""
     out: dict[str, Any] = {}
     if not n:
+        # no step: peaks are 0, means over no step are undefined
         out["max_kv_used_tokens"] = out["max_running_requests"] = 0
-        out["mean_scheduled_reqs_per_step"] = out["mean_batch_size"] = 0.0
+        out["mean_scheduled_reqs_per_step"] = out["mean_batch_size"] = math.nan
         out["max_batch_size"] = 0
-        out["mean_kv_used_tokens"] = 0.0
-        out["mean_kv_utilization"] = out["max_kv_utilization"] = 0.0 if capacity else None
+        out["mean_kv_used_tokens"] = math.nan
+        out["mean_kv_utilization"] = math.nan if capacity else None
+        out["max_kv_utilization"] = 0.0 if capacity else None
         return out
     kv_mean = kv_dur / busy if busy > 0 else kv_sum / n
     out["max_kv_used_tokens"] = kv_max

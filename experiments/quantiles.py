@@ -68,7 +68,7 @@ def _lerp(a: float, b: float, t: float) -> float:
 def stats_ms(prefix: str, chunks: Callable[[], Iterator[np.ndarray]],
              percentiles: Iterable[int]) -> dict[str, float]:
     """mean/median/std/p.. of every value `chunks()` yields (seconds), in ms, as
-    `experiments.metrics` names them (all 0 when there is none)."""
+    `experiments.metrics` names them (all NaN when there is none)."""
     pcts = list(percentiles)
     n = 0
     total = 0.0
@@ -76,8 +76,9 @@ def stats_ms(prefix: str, chunks: Callable[[], Iterator[np.ndarray]],
         n += c.size
         total += float((c * 1000.0).sum())
     if n == 0:
-        out = {f"mean_{prefix}_ms": 0.0, f"median_{prefix}_ms": 0.0, f"std_{prefix}_ms": 0.0}
-        out.update({f"p{p}_{prefix}_ms": 0.0 for p in pcts})
+        out = {f"mean_{prefix}_ms": math.nan, f"median_{prefix}_ms": math.nan,
+               f"std_{prefix}_ms": math.nan}
+        out.update({f"p{p}_{prefix}_ms": math.nan for p in pcts})
         return out
     mean = total / n
     sq = 0.0

@@ -37,7 +37,9 @@ import yaml
 from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_text
 
 COMPARISON_METRICS: tuple[str, ...] = (
-    "completed", "rejected", "rejected_503", "rejection_rate_503", "aborted", "duration",
+    "workload", "max_model_len", "offered", "completed", "rejected", "rejected_too_long",
+    "rejected_kv_pool", "rejected_other", "rejected_503", "rejection_rate_503", "aborted",
+    "duration",
     "request_throughput", "output_throughput", "request_goodput", "slo_attainment",
     "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
     "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
@@ -50,6 +52,14 @@ COMPARISON_METRICS: tuple[str, ...] = (
 )
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
+    ("max_model_len", "Context length (max_model_len)"),
+    ("offered", "Requests offered"),
+    ("completed", "Completed"),
+    ("rejected_too_long", "Rejected: too long"),
+    ("rejected_kv_pool", "Rejected: larger than the KV pool"),
+    ("rejected_other", "Rejected: other reasons"),
+    ("rejected_503", "Rejected: 503 (admission)"),
+    ("aborted", "Aborted"),
     ("request_throughput", "Request throughput (req/s)"),
     ("output_throughput", "Output token throughput (tok/s)"),
     ("median_ttft_ms", "Median TTFT (ms)"),
@@ -185,6 +195,56 @@ def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None) -> pd
     return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
 
 
+def _completed_ids(job: Job) -> frozenset[str] | None:
+    """The ids of the requests `job` completed (finish reason stop or length); None when its
+    records are missing (a failed job)."""
+    path = job.path / REQUESTS_FILE
+    if not path.is_file():
+        return None
+    t = pq.read_table(path, columns=["request_id", "finish_reason"])
+    done = [rid for rid, why in zip(t.column("request_id").to_pylist(),
+                                    t.column("finish_reason").to_pylist(), strict=True)
+            if why in ("stop", "length")]
+    return frozenset(done)
+
+
+def completion_warnings(jobs: Sequence[Job], params: Sequence[str] | None = None
+                        ) -> list[str]:
+    """One warning per comparison (jobs that share every varied parameter but the
+    scheduler) whose jobs completed different request sets, or were offered different
+    numbers of requests: their latency columns then describe different requests."""
+    params = list(varied_params(jobs) if params is None else params)
+    if "scheduler" not in params:
+        return []
+    others = [p for p in params if p != "scheduler"]
+    groups: dict[tuple[str | None, ...], list[Job]] = {}
+    for j in jobs:
+        if j.summary.get("status", "ok") == "ok":
+            groups.setdefault(tuple(j.overrides.get(p) for p in others), []).append(j)
+    out: list[str] = []
+    for key, group in groups.items():
+        if len(group) < 2:
+            continue
+        ids = [_completed_ids(j) for j in group]
+        offered = {j.summary.get("offered", j.summary.get("num_requests")) for j in group}
+        known = [i for i in ids if i is not None]
+        same_ids = len(known) == len(group) and all(i == known[0] for i in known)
+        if same_ids and len(offered) == 1:
+            continue
+        counts = ", ".join(f"{j.scheduler} {j.summary.get('completed')} of "
+                           f"{j.summary.get('offered', j.summary.get('num_requests'))}"
+                           for j in group)
+        where = " ".join(f"{p.split('.')[-1]}={v}" for p, v in zip(others, key, strict=True))
+        only = ""
+        if len(known) == len(group):
+            common = frozenset.intersection(*known)
+            only = f"; {len(frozenset.union(*known) - common)} completed by only some"
+        out.append(f"{where + ': ' if where else ''}the schedulers completed different "
+                   f"requests ({counts} completed{only}): their columns describe different "
+                   "request sets")
+    return out
+
+
 def scheduler_pivot(frame: pd.DataFrame, params: Sequence[str],
                     metrics: Sequence[str] = PIVOT_METRICS) -> pd.DataFrame | None:
     """One row per setting of the non-scheduler parameters, each metric per scheduler
@@ -206,7 +266,7 @@ def scheduler_pivot(frame: pd.DataFrame, params: Sequence[str],
 
 def _fmt(v: Any) -> str:
     if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-        return "-"
+        return "n/a"  # no value, or a statistic over no data
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, int | np.integer):
@@ -265,6 +325,11 @@ def terminal_summary(jobs: Sequence[Job]) -> str:
     than fit a terminal, one row per setting of the other parameters with a few metrics
     per scheduler."""
     params = varied_params(jobs)
+    warn = "".join(f"WARNING: {w}\n" for w in completion_warnings(jobs, params))
+    return warn + _terminal_table(jobs, params)
+
+
+def _terminal_table(jobs: Sequence[Job], params: Sequence[str]) -> str:
     if len(jobs) <= MAX_SIDE_BY_SIDE_COLUMNS:
         return text_table(side_by_side(jobs, params))
     frame = comparison_frame(jobs, params)
@@ -371,6 +436,8 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
         head += "Fixed overrides: " + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + "\n\n"
     if params:
         head += "Varied: " + ", ".join(f"`{p}`" for p in params) + "\n\n"
+    for warning in completion_warnings(jobs, params):
+        head += f"> **Warning**: {warning}\n\n"
     paths: dict[str, Path] = {}
     paths["comparison.csv"] = write_text(frame.to_csv(index=False), out / "comparison.csv")
     paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")

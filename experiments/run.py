@@ -45,11 +45,22 @@ from experiments.build import (
     build_model,
     build_scheduler,
     cost_model_summary,
+    effective_context_length,
+    job_context_length,
 )
+from experiments.caveats import run_warnings
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.metrics import compute_metrics_from_files
 from experiments.preflight import ConfigError, check_config, explain_scheduler_keys
 from experiments.progress import ProgressRecorder, progress_enabled
+from experiments.provenance import (
+    checkpoint_config,
+    git_state,
+    real_model_summary,
+    sim_model_summary,
+    workload_label,
+    workload_summary,
+)
 from experiments.sinks import (
     REQUESTS_FILE,
     STEPS_FILE,
@@ -137,7 +148,8 @@ def validate_run_config(cfg: DictConfig) -> None:
         raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
 
 
-def failed_summary(cfg: DictConfig, error: Exception) -> dict[str, Any]:
+def failed_summary(cfg: DictConfig, error: Exception,
+                   workload: str | None = None) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
     return {
         "status": "failed",
@@ -145,9 +157,10 @@ def failed_summary(cfg: DictConfig, error: Exception) -> dict[str, Any]:
         "error": f"{type(error).__name__}: {error}",
         "scheduler": str(cfg.scheduler.name),
         "executor": str(cfg.executor.name),
-        "workload": str(cfg.workload.name),
+        "workload": workload_label(cfg, workload),
         "seed": int(cfg.seed),
         "kv_capacity_tokens": int(cfg.kv_capacity_tokens),
+        **git_state(),
     }
 
 
@@ -159,9 +172,11 @@ def with_output_token_ids(table: pa.Table, requests: list[Request]) -> pa.Table:
 
 
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
-                   run_name: str | None = None) -> dict[str, Any]:
+                   run_name: str | None = None, workload: str | None = None
+                   ) -> dict[str, Any]:
     """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
-    `logger.name` is wandb, in `group` under `run_name`); returns the summary.
+    `logger.name` is wandb, in `group` under `run_name`); returns the summary. `workload`
+    names the workload in the summary (default: `workload_label`).
 
     Requests are built as the clock reaches them and the records are spooled to hidden
     temporary files in `out_dir` as the run goes (moved into place at the end, deleted on an
@@ -175,11 +190,11 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     # The real executor's tokens are read back from the requests: keep them (small runs).
     requests: Iterable[Request] = list(stream) if real else stream
     admission = build_admission(cfg.get("admission"))
-    max_len = cfg.get("max_model_len")
-    scheduler = build_scheduler(cfg.scheduler, kv_capacity,
-                                int(max_len) if max_len is not None else None)
     model = build_model(cfg.model)
     hardware = build_hardware(cfg.hardware)
+    checkpoint = checkpoint_config(cfg.executor) if real else None
+    ctx = job_context_length(cfg, model.max_position_embeddings, checkpoint)
+    scheduler = build_scheduler(cfg.scheduler, kv_capacity, ctx.value)
     # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
     executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity + scheduler.page_size)
@@ -206,20 +221,26 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             "scheduler": scheduler.name,
             "executor": str(cfg.executor.name),
             **cost_model_summary(cfg.executor),
-            "model": model.name,
-            "hardware": hardware.name,
-            "workload": str(cfg.workload.name),
+            **(real_model_summary(executor, str(cfg.executor.model_path), checkpoint) if real
+               else sim_model_summary(model, hardware)),
+            **workload_summary(cfg, stream, workload),
             "seed": seed,
             "kv_capacity_tokens": kv_capacity,
+            "max_model_len": effective_context_length(scheduler, ctx),
+            "max_model_len_source": ctx.source,
+            **git_state(),
             **compute_metrics_from_files(*spool, slo_ms=_slo(cfg),
                                          kv_capacity_tokens=kv_capacity),
         }
+        summary["warnings"] = run_warnings(summary)
         paths = commit_run(out_dir, spool[0], spool[1], summary)
     except BaseException:
         recorder.discard()
         raise
     log.info("%d requests, %d steps replayed in %.2f s wall; wrote %s", recorder.num_requests,
              result.num_steps, wall, ", ".join(str(p) for p in paths.values()))
+    for warning in summary["warnings"]:
+        log.warning("%s: %s", run_name or scheduler.name, warning)
     logger = as_dict(cfg.get("logger"))
     if logger.get("name") == "wandb":
         _log_wandb(cfg, logger, summary, pq.read_table(paths["requests"]),
@@ -257,17 +278,19 @@ def _job_figures(summary: dict[str, Any], requests: Any, steps: Any, out: Path
 
 
 def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
+    if v is None or (isinstance(v, float) and v != v):
+        return "n/a"  # a statistic over no data
     if isinstance(v, float):
-        return "nan" if v != v else f"{v:.2f}"
+        return f"{v:.2f}"
     return str(v)
 
 
 _TABLE: list[tuple[str, list[tuple[str, str]]]] = [
     ("Serving Benchmark Result", [
         ("Scheduler", "scheduler"), ("Model / hardware", "_model_hw"),
-        ("Successful requests", "completed"), ("Rejected / aborted", "_rej_abort"),
+        ("Workload", "workload"), ("Context length", "_ctx"),
+        ("Requests offered", "offered"), ("Successful requests", "completed"),
+        ("Rejected: too long / KV pool / other", "_rej_kinds"), ("Aborted", "aborted"),
         ("Rejected with 503 (share)", "_rej_503"),
         ("Benchmark duration (s)", "duration"), ("Total input tokens", "total_input_tokens"),
         ("Total generated tokens", "total_output_tokens"),
@@ -308,7 +331,9 @@ def format_summary(s: Mapping[str, Any]) -> str:
     """The summary as a `vllm bench serve`-style text table."""
     derived = {
         "_model_hw": f"{s.get('model')} / {s.get('hardware')} ({s.get('executor')})",
-        "_rej_abort": f"{s.get('rejected')} / {s.get('aborted')}",
+        "_ctx": f"{s.get('max_model_len')} ({s.get('max_model_len_source')})",
+        "_rej_kinds": f"{s.get('rejected_too_long')} / {s.get('rejected_kv_pool')} / "
+                      f"{s.get('rejected_other')}",
         "_rej_503": f"{s.get('rejected_503')} ({_fmt(s.get('rejection_rate_503'))})",
         "_victim_e2el": f"{_fmt(s.get('median_e2el_victim_ms'))} / "
                         f"{_fmt(s.get('median_e2el_nonvictim_ms'))}",
@@ -322,6 +347,7 @@ def format_summary(s: Mapping[str, Any]) -> str:
             v = derived[key] if key in derived else _fmt(s.get(key))
             lines.append(f"{label}:" + v.rjust(max(50 - len(label) - 1, len(v) + 1)))
     lines.append("=" * 50)
+    lines.extend(f"WARNING: {w}" for w in s.get("warnings") or ())
     return "\n".join(lines)
 
 
@@ -329,10 +355,13 @@ def format_line(s: Mapping[str, Any]) -> str:
     """A one-line summary of a job (multirun output)."""
     if s.get("status") == "failed":
         return f"{s.get('scheduler')}: FAILED ({str(s.get('error'))[:200]})"
-    return (f"{s.get('scheduler')}: {s.get('completed')} done, "
+    refused = sum(int(s.get(k) or 0) for k in ("rejected", "rejected_503", "aborted"))
+    notes = f" ({refused} rejected or aborted)" if refused else ""
+    warnings = f", {len(s['warnings'])} warning(s)" if s.get("warnings") else ""
+    return (f"{s.get('scheduler')}: {s.get('completed')} of {s.get('offered')} done{notes}, "
             f"{_fmt(s.get('request_throughput'))} req/s, median E2EL "
             f"{_fmt(s.get('median_e2el_ms'))} ms, p99 {_fmt(s.get('p99_e2el_ms'))} ms, "
-            f"{s.get('num_preemptions')} evictions")
+            f"{s.get('num_preemptions')} evictions{warnings}")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base=None)

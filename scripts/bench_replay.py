@@ -174,13 +174,19 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
     `records`: "spool" (as experiments.run: lazy requests, parquet spool, metrics from the
     files; digest of the files) or "memory" (the whole list, in-memory tables; digest of the
     tables, comparable across versions)."""
-    from experiments.build import build_executor, build_hardware, build_model, build_scheduler
+    from experiments.build import (
+        build_executor,
+        build_hardware,
+        build_model,
+        build_scheduler,
+        job_context_length,
+    )
 
     cfg = compose(scheduler, trace, max_requests, kv_capacity_tokens, request_rate)
-    max_len = cfg.get("max_model_len")
-    sched = build_scheduler(cfg.scheduler, kv_capacity_tokens,
-                            int(max_len) if max_len is not None else None)
-    executor = build_executor(cfg.executor, build_model(cfg.model), build_hardware(cfg.hardware),
+    model = build_model(cfg.model)
+    ctx = job_context_length(cfg, model.max_position_embeddings, None)  # as experiments.run
+    sched = build_scheduler(cfg.scheduler, kv_capacity_tokens, ctx.value)
+    executor = build_executor(cfg.executor, model, build_hardware(cfg.hardware),
                               num_slots=kv_capacity_tokens + sched.page_size)
     # Arrow loads its pandas shim on first use (~0.4 s): once per process, not replay work.
     import pyarrow as pa

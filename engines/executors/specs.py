@@ -22,7 +22,8 @@ class ModelSpec:
 
     `num_params` overrides the count computed from the shape (`params`) when given.
     `dtype_bytes` is the weight element size; `kv_dtype_bytes` the KV-cache element size
-    (defaults to `dtype_bytes`).
+    (defaults to `dtype_bytes`). `max_position_embeddings` is the model's context length (its
+    `config.json` field; None: unknown), the default context length of both schedulers.
     """
 
     name: str
@@ -38,6 +39,7 @@ class ModelSpec:
     dtype_bytes: int = 2
     kv_dtype_bytes: int | None = None
     num_params: int | None = None
+    max_position_embeddings: int | None = None
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -54,7 +56,7 @@ class ModelSpec:
                 f"{owner}: head_dim is unset and hidden_size={self.hidden_size} is not a "
                 f"multiple of num_attention_heads={self.num_attention_heads}"
             )
-        for name in ("head_dim", "kv_dtype_bytes", "num_params"):
+        for name in ("head_dim", "kv_dtype_bytes", "num_params", "max_position_embeddings"):
             value = getattr(self, name)
             if value is not None:
                 _positive(owner, name, value)

@@ -26,7 +26,7 @@ from experiments.workloads.arrivals import arrival_times, check_rate
 from experiments.workloads.parse import parse_params
 from experiments.workloads.replay import random_prompts, request_stream, trace_path
 from experiments.workloads.stream import RequestStream
-from experiments.workloads.transforms import ReplayOptions, apply_transforms
+from experiments.workloads.transforms import ReplayOptions, select_records
 from schedulers.contract import Request
 
 FORMATS = ("lengths", "sharegpt")
@@ -164,7 +164,7 @@ def lengths_stream(w: LengthsWorkload) -> RequestStream:
     times = arrival_times(rng, len(recs), w.request_rate, w.burstiness)
     recs = [TraceRecord(float(t), r.input_length, r.output_length)
             for t, r in zip(times, recs, strict=True)]
-    return request_stream(apply_transforms(recs, w), w, lambda: random_prompts(w))
+    return request_stream(select_records(recs, w), w, lambda: random_prompts(w))
 
 
 def lengths_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:

@@ -3,7 +3,7 @@
 The trace folder is `trace_dir` (config `workload.trace_dir`; when unset, the environment
 variable `SCHEDBENCH_TRACE_DIR`, else `data/traces`); `file` is relative to it. The whole file
 is read and validated (`experiments.traces`) before any request is built, so a malformed row
-fails before the run with its file, line, field and value. Then `transforms.apply_transforms`
+fails before the run with its file, line, field and value. Then `transforms.select_records`
 picks and rescales the requests and `transforms.output_spec` sets their `max_tokens`.
 
 Prompts: Azure rows carry lengths only, so prompts are seeded random ids (no sharing).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from experiments.traces import (
 from experiments.workloads.parse import parse_params
 from experiments.workloads.stream import RequestStream, ordered_stream
 from experiments.workloads.tokens import random_tokens
-from experiments.workloads.transforms import ReplayOptions, apply_transforms, output_spec
+from experiments.workloads.transforms import ReplayOptions, Selection, output_spec, select_records
 from schedulers.contract import Request
 
 TRACE_DIR_ENV = "SCHEDBENCH_TRACE_DIR"
@@ -87,11 +87,13 @@ class MooncakeWorkload(ReplayOptions):
 PromptFn = Callable[[int, TraceRecord], list[int]]
 
 
-def request_stream(records: Sequence[TraceRecord], opts: ReplayOptions,
+def request_stream(records: Sequence[TraceRecord] | Selection, opts: ReplayOptions,
                    prompts: Callable[[], PromptFn]) -> RequestStream:
     """Requests `r0 ..` from transformed records, built lazily; `prompts()` gives a fresh
-    prompt function `prompt(i, record)` per iteration (seeded state starts afresh)."""
-    recs = list(records)
+    prompt function `prompt(i, record)` per iteration (seeded state starts afresh). From a
+    `Selection`, the stream carries what the transforms dropped or clipped."""
+    sel = records if isinstance(records, Selection) else None
+    recs = list(records.records if isinstance(records, Selection) else records)
 
     def make() -> Iterator[Request]:
         prompt = prompts()
@@ -108,7 +110,10 @@ def request_stream(records: Sequence[TraceRecord], opts: ReplayOptions,
             )
 
     arrivals = np.fromiter((r.arrival_s for r in recs), dtype=np.float64, count=len(recs))
-    return ordered_stream(len(recs), make, arrivals)
+    stream = ordered_stream(len(recs), make, arrivals)
+    if sel is not None:
+        stream = replace(stream, dropped=dict(sel.dropped), clipped=sel.clipped)
+    return stream
 
 
 def build_requests(records: Sequence[TraceRecord], opts: ReplayOptions,
@@ -127,7 +132,7 @@ def azure_stream(w: AzureWorkload) -> RequestStream:
     """The requests of an Azure trace replay, built lazily (the trace is read and validated
     now)."""
     records = list(read_trace("azure", trace_path(w.trace_dir, w.file)))
-    return request_stream(apply_transforms(records, w), w, lambda: random_prompts(w))
+    return request_stream(select_records(records, w), w, lambda: random_prompts(w))
 
 
 def azure_workload(w: AzureWorkload) -> list[Request]:
@@ -142,9 +147,9 @@ def mooncake_stream(w: MooncakeWorkload) -> RequestStream:
                                                                             w.file)))
     if w.tick_s is not None:
         records = list(spread_ticks(records, w.tick_s, w.seed))
-    records = apply_transforms(records, w)
+    selection = select_records(records, w)
     if not w.share_prefixes:
-        return request_stream(records, w, lambda: random_prompts(w))
+        return request_stream(selection, w, lambda: random_prompts(w))
 
     def prompts() -> PromptFn:
         # Recently used blocks only: a block's tokens are a pure function of its id, so the
@@ -170,7 +175,7 @@ def mooncake_stream(w: MooncakeWorkload) -> RequestStream:
 
         return prompt
 
-    return request_stream(records, w, prompts)
+    return request_stream(selection, w, prompts)
 
 
 def mooncake_workload(w: MooncakeWorkload) -> list[Request]:

@@ -9,7 +9,7 @@ starts afresh from the seed and yields new `Request` objects with the same conte
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,10 +18,14 @@ from schedulers.contract import Request
 
 @dataclass(frozen=True, slots=True)
 class RequestStream:
-    """`count` requests, built by `make()` in arrival order (see the module docstring)."""
+    """`count` requests, built by `make()` in arrival order (see the module docstring).
+    `dropped` (reason -> count) and `clipped` say what the workload's transforms left out or
+    cut (`transforms.Selection`; empty for generators that drop nothing)."""
 
     count: int
     make: Callable[[], Iterator[Request]]
+    dropped: dict[str, int] = field(default_factory=dict)
+    clipped: int = 0
 
     def __iter__(self) -> Iterator[Request]:
         return self.make()

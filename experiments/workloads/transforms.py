@@ -1,17 +1,22 @@
 """Transformations of a replayed trace: which requests, how fast, how long their outputs.
 
-Applied in this order by `apply_transforms`: a time window on the trace's own clock and/or the
-first N requests, a limit on prompt length (drop or clip), then rate scaling (arrival gaps
-divided by `rate_scale`, the first kept request at t=0). `output_spec` applies a `max_tokens`
-policy to each recorded output length.
+Applied in this order by `select_records` (`apply_transforms`: just the records): a time
+window on the trace's own clock and/or the first N requests, a limit on prompt length (drop or
+clip), then rate scaling (arrival gaps divided by `rate_scale`, the first kept request at t=0).
+Every request a step leaves out is counted by reason (`Selection.dropped`: "time_window",
+"max_requests", "max_input_len") and logged, so that a run can say what it did not offer.
+`output_spec` applies a `max_tokens` policy to each recorded output length.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from experiments.traces import TraceRecord
+
+log = logging.getLogger(__name__)
 
 MAX_TOKENS_POLICIES = ("trace", "trace_eos", "fixed", "cap_eos")
 LONG_INPUT_POLICIES = ("drop", "clip")
@@ -64,29 +69,75 @@ class ReplayOptions:
             raise bad("vocab_size", "must be at least 16")
 
 
-def apply_transforms(records: Sequence[TraceRecord], opts: ReplayOptions
-                     ) -> list[TraceRecord]:
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The records a replay offers, and what the transforms left out: `dropped` maps a
+    reason (the option that dropped them) to a count, `clipped` counts prompts cut to
+    `max_input_len`, `source_count` is the number of records before any transform."""
+
+    records: list[TraceRecord]
+    source_count: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    clipped: int = 0
+
+
+def select_records(records: Sequence[TraceRecord], opts: ReplayOptions) -> Selection:
     """Window, first N, prompt-length limit and rate scaling, in that order (see the module
-    docstring). Raises ValueError when nothing is left."""
+    docstring), counting and logging what each step leaves out. Raises ValueError when
+    nothing is left."""
     out = list(records)
+    dropped: dict[str, int] = {}
+
+    def keep(reason: str, kept: list[TraceRecord]) -> list[TraceRecord]:
+        if len(kept) < len(out):
+            dropped[reason] = len(out) - len(kept)
+        return kept
+
     if opts.time_window is not None:
         lo, hi = opts.time_window
-        out = [r for r in out if lo <= r.arrival_s < hi]
+        out = keep("time_window", [r for r in out if lo <= r.arrival_s < hi])
     if opts.max_requests is not None:
-        out = out[:opts.max_requests]
+        out = keep("max_requests", out[:opts.max_requests])
+    clipped = 0
     if opts.max_input_len is not None:
         cap = opts.max_input_len
         if opts.long_inputs == "drop":
-            out = [r for r in out if r.input_length <= cap]
+            out = keep("max_input_len", [r for r in out if r.input_length <= cap])
         else:
+            clipped = sum(r.input_length > cap for r in out)
             out = [r if r.input_length <= cap else replace(r, input_length=cap) for r in out]
+    _log_selection(opts, len(records), len(out), dropped, clipped)
     if not out:
         raise ValueError(f"workload: no request left after time_window={opts.time_window!r}, "
                          f"max_requests={opts.max_requests!r}, "
                          f"max_input_len={opts.max_input_len!r}")
     t0 = out[0].arrival_s
     scale = opts.rate_scale
-    return [replace(r, arrival_s=(r.arrival_s - t0) / scale) for r in out]
+    return Selection([replace(r, arrival_s=(r.arrival_s - t0) / scale) for r in out],
+                     len(records), dropped, clipped)
+
+
+def apply_transforms(records: Sequence[TraceRecord], opts: ReplayOptions
+                     ) -> list[TraceRecord]:
+    """The records `select_records` keeps."""
+    return select_records(records, opts).records
+
+
+def _log_selection(opts: ReplayOptions, n_in: int, n_out: int, dropped: dict[str, int],
+                   clipped: int) -> None:
+    """Say what the transforms left out: a warning for prompts dropped or clipped by
+    length (a default can do it unasked), info for the window and the first-N cut."""
+    what = {"time_window": f"outside time_window={opts.time_window!r}",
+            "max_requests": f"after the first max_requests={opts.max_requests}",
+            "max_input_len": f"with prompts longer than max_input_len={opts.max_input_len} "
+                             "(long_inputs=drop)"}
+    for reason, n in dropped.items():
+        level = logging.WARNING if reason == "max_input_len" else logging.INFO
+        log.log(level, "workload: dropped %d requests %s (%d of %d records offered)", n,
+                what[reason], n_out, n_in)
+    if clipped:
+        log.warning("workload: clipped %d prompts to max_input_len=%d tokens (long_inputs=clip)",
+                    clipped, opts.max_input_len)
 
 
 @dataclass(frozen=True, slots=True)

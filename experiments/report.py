@@ -3,8 +3,11 @@
     python -m experiments.report SWEEP_DIR [--out DIR] [--load-param KEY] [--no-figures]
                                  [--title TEXT] [--columns METRIC,METRIC,...]
 
-reads every job folder of a sweep (`summary.json` and `.hydra/overrides.yaml`; the parquet
-files for the figures) and writes into `--out` (default: the sweep folder):
+reads every job folder of a sweep (its verified result, `job_folder.verify_folder`: a job is
+labelled by the overrides recorded in its own summary, never by `.hydra/overrides.yaml`, which
+Hydra rewrites when a job starts; a folder without a complete, consistent result is listed as
+`incomplete` or `inconsistent`; the parquet files for the figures) and writes into `--out`
+(default: the sweep folder):
 - `comparison.csv` / `comparison.md`: one row per job; the sweep's varied parameters, then
   the metrics of `COMPARISON_METRICS` (`vllm bench serve` names where they exist);
 - `side_by_side.md`: the metrics of `SIDE_BY_SIDE` as rows, one column per job (labelled by
@@ -21,7 +24,6 @@ multirun ends.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from experiments.job_folder import MARKER_FILE, verify_folder
 from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_text
 
 COMPARISON_METRICS: tuple[str, ...] = (
@@ -112,36 +115,57 @@ class Job:
         return self._steps
 
 
-def _overrides(job_dir: Path) -> dict[str, str]:
-    p = job_dir / ".hydra" / "overrides.yaml"
-    if not p.is_file():
-        return {}
+def parse_overrides(items: Sequence[object]) -> dict[str, str]:
+    """`key=value` override strings as a mapping (`+` / `~` prefixes dropped)."""
     out: dict[str, str] = {}
-    for item in yaml.safe_load(p.read_text()) or []:
+    for item in items:
         key, sep, value = str(item).partition("=")
         if sep:
             out[key.lstrip("+~")] = value
     return out
 
 
+def load_job(job_dir: Path, num: int) -> Job:
+    """One job folder: its verified summary, labelled by the overrides that summary records
+    (the parameters of the run that produced these numbers); an unverified folder becomes a
+    job of status `incomplete` / `inconsistent` with the reason as its error."""
+    state = verify_folder(job_dir)
+    if not state.verified:
+        return Job(job_dir, num, {}, {"status": state.state, "error": state.reason})
+    return Job(job_dir, num, parse_overrides(state.summary.get("overrides") or []),
+               state.summary)
+
+
+def _is_job_dir(d: Path) -> bool:
+    return d.is_dir() and not d.name.startswith(".") and any(
+        (d / n).exists() for n in (SUMMARY_FILE, MARKER_FILE, ".hydra"))
+
+
 def load_sweep(sweep_dir: str | Path) -> list[Job]:
-    """Every job folder under `sweep_dir` that holds a summary.json, by job number."""
+    """Every job folder under `sweep_dir` (one holding a summary, a marker or `.hydra/`), by
+    job number."""
     root = Path(sweep_dir)
     jobs: list[Job] = []
-    for summary in sorted(root.glob(f"*/{SUMMARY_FILE}")):
-        d = summary.parent
+    for d in sorted(p for p in root.iterdir() if _is_job_dir(p)) if root.is_dir() else []:
         try:
             num = int(d.name.split("_")[0])
         except ValueError:
             num = len(jobs)
-        jobs.append(Job(d, num, _overrides(d), json.loads(summary.read_text())))
+        jobs.append(load_job(d, num))
     if not jobs:
         raise FileNotFoundError(f"{root}: no job folder with a {SUMMARY_FILE}")
     return sorted(jobs, key=lambda j: j.num)
 
 
+def verified(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs whose folder holds a verified result (ok or failed)."""
+    return [j for j in jobs if j.summary.get("status", "ok") in ("ok", "failed")]
+
+
 def varied_params(jobs: Sequence[Job]) -> list[str]:
-    """Override keys whose value is not the same in every job, in first-seen order."""
+    """Override keys whose value is not the same in every verified job, in first-seen
+    order."""
+    jobs = verified(jobs)
     keys: dict[str, None] = {}
     for j in jobs:
         keys.update(dict.fromkeys(j.overrides))
@@ -151,7 +175,8 @@ def varied_params(jobs: Sequence[Job]) -> list[str]:
 def fixed_params(jobs: Sequence[Job]) -> dict[str, str]:
     """Override keys with the same value in every job."""
     varied = set(varied_params(jobs))
-    return {k: v for k, v in jobs[0].overrides.items() if k not in varied}
+    jobs = verified(jobs)
+    return {k: v for k, v in jobs[0].overrides.items() if k not in varied} if jobs else {}
 
 
 def _label(job: Job, params: Sequence[str]) -> str:
@@ -179,7 +204,7 @@ def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
     df = pd.DataFrame(rows)
     for p in params:
         num = pd.to_numeric(df[p], errors="coerce")
-        if num.notna().all():
+        if num[df[p].notna()].notna().all():  # unverified jobs have no parameters
             df[p] = num
     return df
 
@@ -245,6 +270,11 @@ def completion_warnings(jobs: Sequence[Job], params: Sequence[str] | None = None
     return out
 
 
+def _verified_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of jobs with a verified result (the others have no parameters)."""
+    return frame[frame["status"].isin(["ok", "failed"])] if "status" in frame else frame
+
+
 def scheduler_pivot(frame: pd.DataFrame, params: Sequence[str],
                     metrics: Sequence[str] = PIVOT_METRICS) -> pd.DataFrame | None:
     """One row per setting of the non-scheduler parameters, each metric per scheduler
@@ -252,6 +282,7 @@ def scheduler_pivot(frame: pd.DataFrame, params: Sequence[str],
     others = [p for p in params if p != "scheduler"]
     if "scheduler" not in params or not others:
         return None
+    frame = _verified_rows(frame)
     scheds = list(dict.fromkeys(frame["scheduler"]))
     wide = frame.pivot_table(index=others, columns="scheduler", values=list(metrics),
                              aggfunc="first", dropna=False)
@@ -371,7 +402,7 @@ def _series(jobs: Sequence[Job], params: Sequence[str]) -> list[Any]:
     return [JobSeries.from_tables(j.requests(), j.steps(), j.scheduler,
                                   _label(j, others) if others else j.scheduler,
                                   int(j.summary.get("kv_capacity_tokens") or 1))
-            for j in jobs if (j.path / REQUESTS_FILE).is_file()]  # failed jobs have none
+            for j in jobs if j.summary.get("status") == "ok"]  # only verified results
 
 
 def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
@@ -379,6 +410,7 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     """The sweep's four figures (see the module docstring)."""
     from experiments.figures import kv_over_time, latency_cdfs, metric_vs_load, victims_vs_others
 
+    frame = _verified_rows(frame)
     x = load_param or pick_load_param(params, frame)
     others = [p for p in params if p not in ("scheduler", x)]
     series = ["scheduler", *others]

@@ -12,13 +12,18 @@ multirun one line per job and, at the end, the side-by-side table (experiments/c
 A typo in an override fails before anything runs, with the valid keys.
 
 `check_invariants=true` checks the scheduler's KV bookkeeping after every step (slower);
-`resume=true` skips a job whose folder already holds a summary.json with status ok and the
-same `config_hash` (the resolved config, less the keys of `HASH_EXCLUDED`);
-`on_error=record` turns any error of a job into a summary.json with status "failed".
+`resume=true` skips a job whose folder already holds a verified complete result (its
+completion marker checks out, experiments/job_folder.py) with status ok and the same
+`config_hash` (the resolved config, less the keys of `HASH_EXCLUDED`, and the content of its
+input files); `on_error=record` turns any error of a job into a summary.json with status
+"failed" (the folder's older tables are deleted). A job holds a lock on its folder while it
+runs: a second run into the same folder fails at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -50,6 +55,14 @@ from experiments.build import (
 )
 from experiments.caveats import run_warnings
 from experiments.config import explain_override_error, register_configs, to_container
+from experiments.job_folder import (
+    JobLock,
+    commit_failure,
+    commit_run,
+    file_sha256,
+    remove_stale_spools,
+    verify_folder,
+)
 from experiments.metrics import compute_metrics_from_files
 from experiments.preflight import ConfigError, check_config, explain_scheduler_keys
 from experiments.progress import ProgressRecorder, progress_enabled
@@ -64,10 +77,7 @@ from experiments.provenance import (
 from experiments.sinks import (
     REQUESTS_FILE,
     STEPS_FILE,
-    SUMMARY_FILE,
-    commit_run,
     temp_path,
-    write_json,
     write_table,
 )
 from experiments.workloads import stream_workload
@@ -95,28 +105,65 @@ def _progress_mode(cfg: DictConfig) -> str:
 HASH_EXCLUDED = ("resume", "progress", "on_error", "check_invariants")
 
 
+def _input_paths(cfg: Mapping[str, Any]) -> dict[str, Path]:
+    """The input files a config reads, by config key: the workload's trace / lengths file,
+    a length distribution's `path`, the sim executor's cost-model profile."""
+    from experiments.build import PROJECT_ROOT
+    from experiments.workloads.datasets_source import HUB_PREFIX
+    from experiments.workloads.replay import trace_path
+
+    out: dict[str, Path] = {}
+    workload = cfg.get("workload") or {}
+    file = workload.get("file")
+    if isinstance(file, str) and file and not file.startswith(HUB_PREFIX):
+        with contextlib.suppress(FileNotFoundError):  # the run itself names a missing file
+            out["workload.file"] = trace_path(workload.get("trace_dir"), file)
+    for key, value in workload.items():
+        if isinstance(value, Mapping) and value.get("dist") == "file" and value.get("path"):
+            out[f"workload.{key}.path"] = Path(str(value["path"]))
+    profile = (cfg.get("executor") or {}).get("profile")
+    if isinstance(profile, str) and profile:
+        p = Path(profile)
+        out["executor.profile"] = p if p.is_absolute() or p.exists() else PROJECT_ROOT / p
+    return {k: p for k, p in out.items() if p.is_file()}
+
+
+@functools.lru_cache(maxsize=64)
+def _content_entry(path: str, size: int, mtime_ns: int) -> tuple[int, str]:
+    del mtime_ns  # part of the cache key only: a file written again is hashed again
+    return size, file_sha256(path)
+
+
+def input_fingerprints(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of every input file of `cfg` (see `_input_paths`), by config key."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, p in sorted(_input_paths(cfg).items()):
+        st = p.stat()
+        size, digest = _content_entry(str(p.resolve()), st.st_size, st.st_mtime_ns)
+        out[key] = {"bytes": size, "sha256": digest}
+    return out
+
+
 def config_hash(cfg: DictConfig) -> str:
-    """A SHA-256 of the resolved config (sorted JSON, without `HASH_EXCLUDED`)."""
+    """A SHA-256 of the resolved config (sorted JSON, without `HASH_EXCLUDED`) and of the
+    content of every input file it names (`input_fingerprints`): a trace edited in place is
+    a new config."""
     data = {k: v for k, v in to_container(cfg).items() if k not in HASH_EXCLUDED}
+    inputs = input_fingerprints(data)
+    if inputs:
+        data["_input_files"] = inputs
     text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def complete_result(out_dir: str | Path, digest: str) -> dict[str, Any] | None:
-    """The summary in `out_dir` when it is a complete result for the config of hash `digest`
-    (status ok, same config_hash, both parquet files present); else None."""
-    d = Path(out_dir)
-    try:
-        summary = json.loads((d / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
+    """The summary in `out_dir` when it is a complete result for the config of hash `digest`:
+    its completion marker verifies (every file readable and with the recorded hash; see
+    `experiments.job_folder.verify_folder`), status ok, same config_hash; else None."""
+    state = verify_folder(out_dir)
+    if state.state != "ok" or state.summary.get("config_hash") != digest:
         return None
-    if not isinstance(summary, dict) or summary.get("status") != "ok":
-        return None
-    if summary.get("config_hash") != digest:
-        return None
-    if not ((d / REQUESTS_FILE).is_file() and (d / STEPS_FILE).is_file()):
-        return None
-    return summary
+    return state.summary
 
 
 def invariant_check(scheduler: Scheduler) -> SchedulerCheck:
@@ -148,11 +195,12 @@ def validate_run_config(cfg: DictConfig) -> None:
         raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
 
 
-def failed_summary(cfg: DictConfig, error: Exception,
-                   workload: str | None = None) -> dict[str, Any]:
+def failed_summary(cfg: DictConfig, error: Exception, workload: str | None = None,
+                   overrides: Iterable[str] = ()) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
     return {
         "status": "failed",
+        "overrides": list(overrides),
         "config_hash": config_hash(cfg),
         "error": f"{type(error).__name__}: {error}",
         "scheduler": str(cfg.scheduler.name),
@@ -172,17 +220,20 @@ def with_output_token_ids(table: pa.Table, requests: list[Request]) -> pa.Table:
 
 
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
-                   run_name: str | None = None, workload: str | None = None
-                   ) -> dict[str, Any]:
+                   run_name: str | None = None, workload: str | None = None,
+                   overrides: Iterable[str] = ()) -> dict[str, Any]:
     """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
     `logger.name` is wandb, in `group` under `run_name`); returns the summary. `workload`
-    names the workload in the summary (default: `workload_label`).
+    names the workload in the summary (default: `workload_label`). `overrides` (the job's
+    command-line overrides) are stored in the summary: the sweep report labels the job by
+    them.
 
     Requests are built as the clock reaches them and the records are spooled to hidden
     temporary files in `out_dir` as the run goes (moved into place at the end, deleted on an
     error), so memory holds only live requests; requests.parquet lists requests in the order
     they ended (sort by arrival_time for arrival order)."""
     validate_run_config(cfg)
+    digest = config_hash(cfg)  # the inputs as they are read now
     seed = int(cfg.seed)
     kv_capacity = int(cfg.kv_capacity_tokens)
     stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
@@ -217,7 +268,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             write_table(with_output_token_ids(pq.read_table(spool[0]), requests), spool[0])
         summary: dict[str, Any] = {
             "status": "ok",
-            "config_hash": config_hash(cfg),
+            "config_hash": digest,
             "scheduler": scheduler.name,
             "executor": str(cfg.executor.name),
             **cost_model_summary(cfg.executor),
@@ -233,6 +284,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                                          kv_capacity_tokens=kv_capacity),
         }
         summary["warnings"] = run_warnings(summary)
+        summary["overrides"] = list(overrides)
         paths = commit_run(out_dir, spool[0], spool[1], summary)
     except BaseException:
         recorder.discard()
@@ -380,26 +432,36 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as e:
         if _enum_value(cfg.get("on_error", "fail")) != "record":
             sys.exit(f"error: {e}")  # one message, no traceback: the config is wrong
-    done = complete_result(out_dir, config_hash(cfg)) if cfg.get("resume", False) else None
-    if done is not None:
-        where = f"[job {hc.job.num}] " if multirun else ""
-        print(f"{where}skipped (resume=true): {out_dir} already holds a complete result for "
-              "this config")
-        summary = done
-    else:
-        try:
-            summary = run_experiment(cfg, out_dir, group=group, run_name=name)
-        except Exception as e:
-            if _enum_value(cfg.get("on_error", "fail")) != "record":
-                raise
-            summary = failed_summary(cfg, e)
-            write_json(summary, Path(out_dir) / SUMMARY_FILE)
-            log.error("job failed (on_error=record): %s: %s", type(e).__name__, e)
+    overrides = [str(o) for o in hc.overrides.task]
+    # One run per job folder at a time: a second fails here, naming the holder.
+    with JobLock(out_dir):
+        remove_stale_spools(out_dir)
+        summary = _run_job(cfg, out_dir, multirun, group, name, overrides)
     if multirun:
         print(f"[job {hc.job.num}] {hc.job.override_dirname}: {format_line(summary)}")
     else:
         print(format_summary(summary))
         print(f"outputs: {out_dir}")
+
+
+def _run_job(cfg: DictConfig, out_dir: str, multirun: bool, group: str | None,
+             name: str, overrides: list[str]) -> dict[str, Any]:
+    """Skip (resume), run, or record the failure of one job; returns its summary."""
+    done = complete_result(out_dir, config_hash(cfg)) if cfg.get("resume", False) else None
+    if done is not None:
+        where = f"[job {HydraConfig.get().job.num}] " if multirun else ""
+        print(f"{where}skipped (resume=true): {out_dir} already holds a complete result for "
+              "this config")
+        return done
+    try:
+        return run_experiment(cfg, out_dir, group=group, run_name=name, overrides=overrides)
+    except Exception as e:
+        if _enum_value(cfg.get("on_error", "fail")) != "record":
+            raise
+        summary = failed_summary(cfg, e, overrides=overrides)
+        commit_failure(out_dir, summary)
+        log.error("job failed (on_error=record): %s: %s", type(e).__name__, e)
+        return summary
 
 
 def cli() -> None:

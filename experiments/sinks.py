@@ -4,8 +4,8 @@
 `summary.json` (the metrics, sorted keys, NaN written as null). Each file is written to a
 temporary name in the same folder and moved into place with `os.replace`, so a reader never
 sees a half-written file. A replay spools its parquet files under `temp_path` names as it runs
-and `commit_run` moves them into place, summary.json last. `write_text` and `atomic_path` do
-the same for reports and figures.
+and `experiments.job_folder.commit_run` moves them into place behind a completion marker.
+`write_text` and `atomic_path` do the same for reports and figures.
 """
 
 from __future__ import annotations
@@ -114,17 +114,5 @@ def write_run(out_dir: str | Path, requests: pa.Table, steps: pa.Table,
     return {
         "requests": write_table(requests, d / REQUESTS_FILE),
         "steps": write_table(steps, d / STEPS_FILE),
-        "summary": write_json(summary, d / SUMMARY_FILE),
-    }
-
-
-def commit_run(out_dir: str | Path, requests_tmp: str | Path, steps_tmp: str | Path,
-               summary: Mapping[str, Any]) -> dict[str, Path]:
-    """Move a run's complete spooled parquet files (written under `temp_path` names) into
-    place, then write summary.json (last: its presence means the run is complete)."""
-    d = Path(out_dir)
-    return {
-        "requests": commit_file(requests_tmp, d / REQUESTS_FILE),
-        "steps": commit_file(steps_tmp, d / STEPS_FILE),
         "summary": write_json(summary, d / SUMMARY_FILE),
     }

@@ -9,7 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from experiments.job_folder import commit_run
 from experiments.run import complete_result
+from experiments.sinks import temp_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=20", "workload.request_rate=200", "kv_capacity_tokens=4096",
@@ -48,20 +53,29 @@ def test_resume_skips_an_identical_job_and_reruns_a_changed_one(tmp_path: Path) 
     assert (out / "summary.json").stat().st_mtime_ns != first["summary.json"][0]
 
 
+def _commit(d: Path, summary: dict[str, object]) -> None:
+    tmp = (temp_path(d / "requests.parquet"), temp_path(d / "steps.parquet"))
+    for p in tmp:
+        pq.write_table(pa.table({"x": [1]}), p)
+    commit_run(d, *tmp, summary)
+
+
 def test_only_a_complete_ok_result_with_the_same_hash_counts(tmp_path: Path) -> None:
     d = tmp_path
-    for name in ("requests.parquet", "steps.parquet"):
-        (d / name).write_bytes(b"PAR1")
-    (d / "summary.json").write_text(json.dumps({"status": "ok", "config_hash": "abc"}))
+    _commit(d, {"status": "ok", "config_hash": "abc"})
     assert complete_result(d, "abc") == {"status": "ok", "config_hash": "abc"}
     assert complete_result(d, "abd") is None  # another config
-    (d / "summary.json").write_text(json.dumps({"status": "ok"}))
+    _commit(d, {"status": "ok", "config_hash": None})
     assert complete_result(d, "abc") is None  # written before hashes were stored
-    (d / "summary.json").write_text(json.dumps({"status": "failed", "config_hash": "abc"}))
+    _commit(d, {"status": "failed", "config_hash": "abc"})
     assert complete_result(d, "abc") is None  # a failed job is rerun
+    _commit(d, {"status": "ok", "config_hash": "abc"})
     (d / "summary.json").write_text('{"status": "ok", "config_h')
     assert complete_result(d, "abc") is None  # unreadable
-    (d / "summary.json").write_text(json.dumps({"status": "ok", "config_hash": "abc"}))
+    _commit(d, {"status": "ok", "config_hash": "abc"})
     (d / "steps.parquet").unlink()
     assert complete_result(d, "abc") is None  # a table is missing
+    _commit(d, {"status": "ok", "config_hash": "abc"})
+    (d / "complete.json").unlink()
+    assert complete_result(d, "abc") is None  # no completion marker: never trusted
     assert complete_result(d / "nowhere", "abc") is None

@@ -13,7 +13,9 @@ never ranked here; every other name ranks candidates the same way in both schedu
     random              a seeded shuffle               the baseline any rule should beat
 
 Ties go to the later arrival, then the larger request id, so a ranking never depends on the
-order of the running list. Only what a scheduler may see is ranked: `max_tokens`, never the
+order of the running list. In vLLM, `most_kv` ranks only the later arrivals than the request
+that needs a block (itself when none runs): an anti-thrash rule, see
+`VllmScheduler._choose_victim`. Only what a scheduler may see is ranked: `max_tokens`, never the
 hidden EOS length.
 """
 

@@ -180,7 +180,7 @@ class VllmScheduler:
                 # mirrors Scheduler.schedule: preempt the lowest-priority request (fcfs: the
                 # back of running); a victim_policy other than default only changes whom
                 if priority_policy or ranked_victims:
-                    preempted_req = self._choose_victim(running)
+                    preempted_req = self._choose_victim(running, request)
                     victim_index = running.index(preempted_req)
                     del running[victim_index]
                     if victim_index < req_index:
@@ -300,12 +300,23 @@ class VllmScheduler:
             swap_fallbacks=self._swap_fallbacks,
         )
 
-    def _choose_victim(self, running: list[VllmRequest]) -> VllmRequest:
-        """The request to preempt under `victim_policy` (never called for fcfs + default,
-        whose victim is simply the back of `running`)."""
+    def _choose_victim(self, running: list[VllmRequest], requester: VllmRequest
+                       ) -> VllmRequest:
+        """The request to preempt under `victim_policy` when `requester` needs a block (never
+        called for fcfs + default, whose victim is simply the back of `running`)."""
         if self.victim_policy == "default":
             # mirrors Scheduler.schedule (policy=priority): the least important request
             return max(running, key=lambda r: (r.priority, r.arrival_time))
+        if self.victim_policy == "most_kv":
+            # Anti-thrash rule (ours; most_kv is not upstream): the requester evicts only a
+            # later arrival, by (arrival_time, request_id), and itself only when none runs.
+            # Without it two requests evict each other forever: a victim loses its KV, so
+            # the request that evicted it now holds the most and is the next victim when
+            # the first grows back. With it, as under upstream's fcfs, the earliest arrival
+            # running is never a victim while another request runs, so it always finishes.
+            later = [r for r in running if (r.arrival_time, r.request_id)
+                     > (requester.arrival_time, requester.request_id)]
+            running = later or [requester]
         block_ids = self.kv_cache_manager.req_to_block_ids
         facts = [
             VictimFacts(

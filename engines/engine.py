@@ -24,7 +24,9 @@ A plan without chunks that aborts or finishes nothing while work is pending jump
 the next arrival, or, when none is due, raises `DeadlockError` naming the stuck requests (a
 scheduler gets two more tries first: SGLang legitimately idles for one step after its last
 running request finishes, and a plan that only preempts makes room for the next). Every
-`schedule()` is paired with an `update_from_output()`, as upstream vLLM does. The loop is
+`schedule()` is paired with an `update_from_output()`, as upstream vLLM does. A run that keeps
+scheduling but computes nothing new (a livelock: requests evicting each other forever) stops
+with `NoProgressError` naming the requests (engines/livelock.py). The loop is
 O(chunks) per step; memory holds only live requests (see `engines.records`).
 """
 
@@ -40,8 +42,9 @@ import pyarrow as pa
 from engines.admission import AdmissionLimits, FrontDoor
 from engines.arrivals import ArrivalQueue
 from engines.executors.base import Executor
+from engines.livelock import NoProgressError, ProgressWatch
 from engines.records import Recorder
-from schedulers.contract import Request, Scheduler, StepResult
+from schedulers.contract import Request, Scheduler, StepPlan, StepResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -131,8 +134,11 @@ class Engine:
     def __init__(self, scheduler: Scheduler, executor: Executor, requests: Iterable[Request],
                  recorder: Recorder | None = None, max_steps: int | None = None,
                  check: SchedulerCheck | None = None,
-                 admission: AdmissionLimits | None = None, decode_runs: bool = True) -> None:
+                 admission: AdmissionLimits | None = None, decode_runs: bool = True,
+                 watch: ProgressWatch | None = None) -> None:
         self.scheduler = scheduler
+        # Always on: a step loop that computes nothing new stops (engines/livelock.py).
+        self.watch = watch if watch is not None else ProgressWatch()
         self.door = FrontDoor(admission) if admission is not None and admission.active \
             else None
         self.check = check
@@ -233,6 +239,17 @@ class Engine:
         self.num_decode_run_steps += len(starts)
         return clock
 
+    def _observe(self, plan: StepPlan, finished: list[tuple[str, str]], clock: float) -> None:
+        try:
+            self.watch.observe(plan, (rid for rid, _ in finished),
+                               where=f"engine: {self.scheduler.name} at t={clock:.6f}s: ")
+        except NoProgressError as e:
+            stats = self.scheduler.stats()
+            raise NoProgressError(
+                f"{e} (running={stats.num_running}, waiting={stats.num_waiting}, kv_used="
+                f"{stats.kv_used_tokens}/{stats.kv_capacity_tokens} slots; live: "
+                f"{_format_ids(self.recorder.live_ids())})", e.stuck_ids) from None
+
     def run(self) -> EngineResult:
         """Replay every request to completion and return the records."""
         if self._ran:
@@ -246,8 +263,10 @@ class Engine:
         start_time = arrivals.peek_time() if arrivals.pending() else 0.0
         use_runs = self.decode_runs and self.check is None
         door = self.door
+        watch = self.watch
         while True:
             for rid in rec.release_ended():
+                watch.forget(rid)
                 if release is not None:
                     release(rid)
             while arrivals.peek_time() <= clock:
@@ -267,6 +286,7 @@ class Engine:
                 if after is not None:
                     clock = after
                     stall = 0
+                    watch.progressed()
                     continue
             plan = sched.schedule()
             # An empty plan is not executed: it takes no time and samples nothing.
@@ -280,6 +300,7 @@ class Engine:
                 door.on_step(plan, events)
             if self.check is not None:
                 self._run_check(clock)
+            self._observe(plan, events.finished, clock)
             if plan.chunks or plan.aborted or events.finished:
                 stall = 0
                 continue

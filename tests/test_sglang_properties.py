@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sglang_helpers import Run, step
 
+from engines.livelock import ProgressWatch
 from schedulers.contract import Request
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
 from schedulers.sglang.invariants import check_sglang_invariants
@@ -68,7 +69,8 @@ def test_no_leak_and_every_request_completes(setup: tuple[SglangSchedulerConfig,
     pending = sorted(arrivals, key=lambda a: a[0])
     k = 0
     idle_streak = 0
-    for n in range(5000):
+    watch = ProgressWatch()  # the engine's livelock detector: raises NoProgressError
+    for n in range(200_000):
         if k >= len(pending) and not s.has_unfinished():
             break
         while k < len(pending) and pending[k][0] <= n:
@@ -80,7 +82,9 @@ def test_no_leak_and_every_request_completes(setup: tuple[SglangSchedulerConfig,
             else:
                 run.rejected[r.request_id] = why
         busy = s.has_unfinished()
+        ended = len(run.finished) + len(run.aborted)
         plan = step(s, run)
+        watch.observe(plan, ["?"] * (len(run.finished) + len(run.aborted) - ended))
         ps = plan.page_size
         for c in plan.chunks:
             r = run.requests[c.request_id]
@@ -95,7 +99,7 @@ def test_no_leak_and_every_request_completes(setup: tuple[SglangSchedulerConfig,
             assert idle_streak < 2, "two idle steps in a row with work pending"
         else:
             idle_streak = 0
-    assert not s.has_unfinished() and k == len(pending), "did not finish in 5000 steps"
+    assert not s.has_unfinished() and k == len(pending), "the livelock detector did not fire"
     event(f"retractions: {min(s.num_retractions, 3)}{'+' if s.num_retractions > 3 else ''}")
     event(f"preemptions: {bool(s.num_priority_preemptions)}")
     event(f"aborts: oom {bool(s.num_oom_aborts)}, stall {bool(s.num_stall_aborts)}")

@@ -23,10 +23,12 @@ runs: a second run into the same folder fails at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -55,6 +57,7 @@ from experiments.build import (
 )
 from experiments.caveats import run_warnings
 from experiments.config import explain_override_error, register_configs, to_container
+from experiments.input_changes import ContextCapCounter, context_limit
 from experiments.job_folder import (
     JobLock,
     commit_failure,
@@ -193,6 +196,22 @@ def validate_run_config(cfg: DictConfig) -> None:
     max_len = cfg.get("max_model_len")
     if max_len is not None and int(max_len) < 1:
         raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
+    for key, seed in (("seed", cfg.get("seed")), ("workload.seed", cfg.workload.get("seed"))):
+        if seed is not None and int(seed) < 0:
+            raise ValueError(f"{key}={seed}: must be a non-negative integer (or null for "
+                             "workload.seed: the top-level seed)")
+    for key, target in as_dict(cfg.get("slo")).items():
+        if target is not None and not (isinstance(target, int | float)
+                                       and math.isfinite(target) and target > 0):
+            raise ValueError(f"slo.{key}={target!r}: a target must be a positive number of "
+                             "milliseconds (or null: no target)")
+    from experiments.config import RunConfig
+
+    unknown = sorted(set(map(str, cfg.keys())) - {f.name for f in dataclasses.fields(RunConfig)})
+    if unknown:
+        raise ValueError(f"unknown top-level key(s) {', '.join(map(str, unknown))} (added "
+                         "with +KEY=...?): nothing reads them; valid keys: "
+                         f"{', '.join(sorted(f.name for f in dataclasses.fields(RunConfig)))}")
 
 
 def failed_summary(cfg: DictConfig, error: Exception, workload: str | None = None,
@@ -249,6 +268,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
     executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity + scheduler.page_size)
+    capped = ContextCapCounter(requests, context_limit(scheduler))
+    requests = capped if not real else list(capped)
     show = progress_enabled(_progress_mode(cfg))
     check = invariant_check(scheduler) if cfg.get("check_invariants", False) else None
     spool = (temp_path(Path(out_dir) / REQUESTS_FILE), temp_path(Path(out_dir) / STEPS_FILE))
@@ -285,6 +306,10 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         }
         summary["warnings"] = run_warnings(summary)
         summary["overrides"] = list(overrides)
+        summary["input_changes"] = capped.report()  # counted changes of the input
+        cut = capped.warning()
+        if cut is not None:
+            summary["warnings"].append(cut)
         paths = commit_run(out_dir, spool[0], spool[1], summary)
     except BaseException:
         recorder.discard()

@@ -15,8 +15,8 @@ import numpy as np
 def check_rate(where: str, rate: float, burstiness: float) -> None:
     """Raise a ValueError naming `where` when the rate or burstiness is not positive."""
     if not rate > 0:
-        raise ValueError(f"{where}: request_rate={rate!r}: must be positive (.inf for all at "
-                         "once)")
+        raise ValueError(f"{where}: request_rate={rate!r}: must be positive (all at once: "
+                         "request_rate=inf on the command line, .inf in YAML)")
     if not burstiness > 0:
         raise ValueError(f"{where}: burstiness={burstiness!r}: must be positive")
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.traces import TraceError, TraceRecord
+from experiments.traces import MAX_TRACE_TOKENS, TraceError, TraceRecord, text_lines
 from experiments.workloads.arrivals import arrival_times, check_rate
 from experiments.workloads.parse import parse_params
 from experiments.workloads.replay import random_prompts, request_stream, trace_path
@@ -72,13 +73,34 @@ def _open(w: LengthsWorkload) -> tuple[str, Any, Callable[[int], int | None]]:
     if builder is None:
         raise TraceError(path, None, None, None, f"has suffix {path.suffix!r}; valid: "
                          f"{', '.join(_BUILDERS)} (or use hf:<dataset name>)")
-    ds = datasets.load_dataset(builder, data_files=str(path), split="train",
-                               streaming=w.streaming, cache_dir=w.cache_dir)
+    _check_has_rows(path)
+    try:
+        ds = datasets.load_dataset(builder, data_files=str(path), split="train",
+                                   streaming=w.streaming, cache_dir=w.cache_dir)
+    except Exception as e:
+        cause = e.__cause__ or e.__context__ or e
+        raise TraceError(path, None, None, None, f"could not be read as {builder} "
+                         f"({type(cause).__name__}: {cause})") from e
     if path.suffix == ".csv":
         return str(path), ds, lambda i: i + 2  # after the header
     if path.suffix == ".jsonl":
         return str(path), ds, lambda i: i + 1
     return str(path), ds, lambda _i: None
+
+
+def _check_has_rows(path: Path) -> None:
+    """Refuse an empty file, a CSV with a header and no row, or bytes that are not UTF-8
+    (naming the line) before `datasets` does with a message that names neither."""
+    lines = 0
+    for text in text_lines(path):
+        if text.strip():
+            lines += 1
+    if lines >= 2:
+        return
+    if lines == 0:
+        raise TraceError(path, None, None, None, "is empty")
+    if path.suffix == ".csv":
+        raise TraceError(path, None, None, None, "has a header but no rows")
 
 
 def _count_tokens(tokenizer: str | None) -> Callable[[str], int]:
@@ -105,6 +127,8 @@ def _positive(src: str, line: int | None, row: int, field: str, raw: object) -> 
         raise err("is not an integer")
     if value <= 0:
         raise err("must be positive")
+    if value > MAX_TRACE_TOKENS:
+        raise err(f"is beyond any model's context (more than {MAX_TRACE_TOKENS:,} tokens)")
     return int(value)
 
 

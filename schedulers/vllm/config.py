@@ -76,6 +76,8 @@ class VllmSchedulerConfig:
     def from_capacity(cls, kv_capacity_tokens: int, block_size: int = 16, **kwargs: object
                       ) -> VllmSchedulerConfig:
         """A config whose usable blocks hold `kv_capacity_tokens` slots (plus the null block)."""
+        if block_size < 1:
+            raise ValueError(f"vllm scheduler: block_size={block_size!r}: must be at least 1")
         if kv_capacity_tokens % block_size:
             raise ValueError(
                 f"vllm scheduler: kv_capacity_tokens={kv_capacity_tokens} is not a multiple of "

@@ -1,0 +1,62 @@
+"""Changes a run makes to its input, counted and logged instead of silent.
+
+A request whose prompt plus `max_tokens` exceeds the scheduler's context (vLLM
+`max_model_len`, SGLang `max_req_len`) stops at the context length (finish_reason length),
+as upstream does: its output is shorter than the workload asked for. `ContextCapCounter`
+counts such requests as they stream by; the run writes the count to summary.json under
+`input_changes` (`outputs_cut_at_context`) and, when any, a line to `warnings` (logged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sized
+from typing import Any
+
+from schedulers.contract import Request
+
+_EXAMPLES = 5
+
+
+def context_limit(scheduler: Any) -> int | None:
+    """The most tokens (prompt + output) one request may reach in `scheduler`, if known."""
+    limit = getattr(scheduler, "max_model_len", None)
+    if limit is None:
+        limit = getattr(getattr(scheduler, "config", None), "max_req_len", None)
+    return int(limit) if isinstance(limit, int) else None
+
+
+class ContextCapCounter:
+    """Passes `requests` through (same order, same length) counting those whose output the
+    context `limit` will cut."""
+
+    def __init__(self, requests: Iterable[Request], limit: int | None) -> None:
+        self.requests = requests
+        self.limit = limit
+        self.count = 0
+        self.examples: list[str] = []
+
+    def __iter__(self) -> Iterator[Request]:
+        limit = self.limit
+        for r in self.requests:
+            if limit is not None and r.num_prompt_tokens + r.max_tokens > limit:
+                self.count += 1
+                if len(self.examples) < _EXAMPLES:
+                    self.examples.append(f"{r.request_id} ({r.num_prompt_tokens} + "
+                                         f"{r.max_tokens})")
+            yield r
+
+    def __len__(self) -> int:
+        assert isinstance(self.requests, Sized)
+        return len(self.requests)
+
+    def report(self) -> dict[str, int]:
+        """The summary's `input_changes` entry."""
+        return {"outputs_cut_at_context": self.count}
+
+    def warning(self) -> str | None:
+        """The line for summary.json `warnings` (and the log) when any output is cut."""
+        if not self.count:
+            return None
+        return (f"{self.count} request(s) ask for more tokens than the context of "
+                f"{self.limit} holds: their output stops at the context length "
+                f"(finish_reason length), e.g. {', '.join(self.examples)}")

@@ -22,9 +22,7 @@ runs: a second run into the same folder fails at once.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -58,15 +56,16 @@ from experiments.build import (
 from experiments.caveats import run_warnings
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.input_changes import ContextCapCounter, context_limit
+from experiments.input_files import input_fingerprints
 from experiments.job_folder import (
     JobLock,
     commit_failure,
     commit_run,
-    file_sha256,
     remove_stale_spools,
     verify_folder,
 )
 from experiments.metrics import compute_metrics_from_files
+from experiments.orphan_guard import exit_with_parent
 from experiments.preflight import ConfigError, check_config, explain_scheduler_keys
 from experiments.progress import ProgressRecorder, progress_enabled
 from experiments.provenance import (
@@ -106,45 +105,6 @@ def _progress_mode(cfg: DictConfig) -> str:
 
 # Top-level keys that change neither the outputs nor their meaning: not part of config_hash.
 HASH_EXCLUDED = ("resume", "progress", "on_error", "check_invariants")
-
-
-def _input_paths(cfg: Mapping[str, Any]) -> dict[str, Path]:
-    """The input files a config reads, by config key: the workload's trace / lengths file,
-    a length distribution's `path`, the sim executor's cost-model profile."""
-    from experiments.build import PROJECT_ROOT
-    from experiments.workloads.datasets_source import HUB_PREFIX
-    from experiments.workloads.replay import trace_path
-
-    out: dict[str, Path] = {}
-    workload = cfg.get("workload") or {}
-    file = workload.get("file")
-    if isinstance(file, str) and file and not file.startswith(HUB_PREFIX):
-        with contextlib.suppress(FileNotFoundError):  # the run itself names a missing file
-            out["workload.file"] = trace_path(workload.get("trace_dir"), file)
-    for key, value in workload.items():
-        if isinstance(value, Mapping) and value.get("dist") == "file" and value.get("path"):
-            out[f"workload.{key}.path"] = Path(str(value["path"]))
-    profile = (cfg.get("executor") or {}).get("profile")
-    if isinstance(profile, str) and profile:
-        p = Path(profile)
-        out["executor.profile"] = p if p.is_absolute() or p.exists() else PROJECT_ROOT / p
-    return {k: p for k, p in out.items() if p.is_file()}
-
-
-@functools.lru_cache(maxsize=64)
-def _content_entry(path: str, size: int, mtime_ns: int) -> tuple[int, str]:
-    del mtime_ns  # part of the cache key only: a file written again is hashed again
-    return size, file_sha256(path)
-
-
-def input_fingerprints(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Size and SHA-256 of every input file of `cfg` (see `_input_paths`), by config key."""
-    out: dict[str, dict[str, Any]] = {}
-    for key, p in sorted(_input_paths(cfg).items()):
-        st = p.stat()
-        size, digest = _content_entry(str(p.resolve()), st.st_size, st.st_mtime_ns)
-        out[key] = {"bytes": size, "sha256": digest}
-    return out
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -448,6 +408,7 @@ def main(cfg: DictConfig) -> None:
     out_dir = hc.runtime.output_dir
     multirun = hc.mode == RunMode.MULTIRUN
     if multirun:
+        exit_with_parent()  # a joblib worker must not outlive a killed sweep
         group = str(hc.sweep.dir)
         name = f"{hc.job.num}:{hc.job.override_dirname or cfg.scheduler.name}"
     else:

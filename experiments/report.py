@@ -180,6 +180,9 @@ def fixed_params(jobs: Sequence[Job]) -> dict[str, str]:
 
 
 def _label(job: Job, params: Sequence[str]) -> str:
+    status = job.summary.get("status", "ok")
+    if status not in ("ok", "failed"):  # no parameters of its own: name the folder
+        return f"{job.path.name} ({status})"
     parts = [job.overrides.get(p, "-") if p == "scheduler" else
              f"{p.split('.')[-1]}={job.overrides.get(p, '-')}" for p in params]
     return " ".join(parts) or job.scheduler
@@ -205,7 +208,12 @@ def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
     for p in params:
         num = pd.to_numeric(df[p], errors="coerce")
         if num[df[p].notna()].notna().all():  # unverified jobs have no parameters
-            df[p] = num
+            ints = all(str(v).lstrip("-").isdigit() for v in df[p].dropna())
+            df[p] = num.astype("Int64") if ints and df[p].isna().any() else num
+    for col in df.columns:  # counts stay integers beside rows without them (failed, ...)
+        values = [r.get(col) for r in rows if r.get(col) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            df[col] = df[col].astype("Int64")
     return df
 
 

@@ -7,6 +7,7 @@ one and the same run, and the report labels a job only by its own parameters.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from experiments import run as run_mod
-from experiments.report import load_sweep
+from experiments.report import load_sweep, write_report
 from experiments.run import complete_result
 from experiments.sinks import temp_path
 
@@ -155,6 +156,15 @@ def test_report_labels_a_job_by_its_own_summary_not_hydra_overrides(tmp_path: Pa
     assert jobs[1].summary["tag"] == "2"
     assert jobs[2].summary["status"] == "incomplete" and not jobs[2].overrides
     assert jobs[3].summary["status"] == "inconsistent" and "completed" not in jobs[3].summary
+    out = tmp_path / "report"
+    write_report(tmp_path, out, figures=False)
+    with open(out / "comparison.csv") as f:
+        rows = {r["job"]: r for r in csv.DictReader(f)}
+    assert [rows[k]["seed"] for k in "0123"] == ["1", "2", "", ""]
+    assert [rows[k]["status"] for k in "0123"] == ["ok", "ok", "incomplete", "inconsistent"]
+    assert rows["1"]["completed"] == "3" and rows["3"]["completed"] == ""
+    side = (out / "side_by_side.md").read_text()
+    assert "| 2 (incomplete) | 3 (inconsistent) |" in side
 
 
 def test_a_failed_job_keeps_no_older_tables(tmp_path: Path) -> None:

@@ -177,10 +177,14 @@ def validate_run_config(cfg: DictConfig) -> None:
 def failed_summary(cfg: DictConfig, error: Exception, workload: str | None = None,
                    overrides: Iterable[str] = ()) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
+    try:
+        digest = config_hash(cfg)
+    except Exception as e:  # the config or an input file may be what failed
+        digest = f"unavailable ({type(e).__name__})"
     return {
         "status": "failed",
         "overrides": list(overrides),
-        "config_hash": config_hash(cfg),
+        "config_hash": digest,
         "error": f"{type(error).__name__}: {error}",
         "scheduler": str(cfg.scheduler.name),
         "executor": str(cfg.executor.name),

@@ -5,7 +5,7 @@ folder's completion marker `complete.json` vouches for them: the marker is writt
 records the status, the config hash and the SHA-256 and size of every file it covers. A
 commit removes the old marker (and the old summary) before it moves anything, so a kill at any
 point leaves either the old complete result, or no marker at all, never new tables beside an
-old summary that looks complete (`sinks.commit_run`, `sinks.commit_failure`).
+old summary that looks complete (`commit_run`, `commit_failure`).
 
 `verify_folder` is what resume and the sweep report trust: the marker parses, every covered
 file exists with the recorded size and hash, the parquet files open, and summary.json agrees
@@ -229,10 +229,6 @@ def remove_stale_spools(out_dir: str | Path) -> list[Path]:
     return removed
 
 
-def _checkpoint(step: str) -> None:
-    """A commit point (tests inject a kill here); does nothing."""
-
-
 def _unlink(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -247,9 +243,7 @@ def _retract(d: Path) -> None:
     marker (from here on the folder holds no complete result), then the old summary (so that
     a reader of summary.json alone never pairs it with the new tables)."""
     _unlink(d / MARKER_FILE)
-    _checkpoint("marker removed")
     _unlink(d / SUMMARY_FILE)
-    _checkpoint("old summary removed")
 
 
 def commit_run(out_dir: str | Path, requests_tmp: str | Path, steps_tmp: str | Path,
@@ -261,11 +255,8 @@ def commit_run(out_dir: str | Path, requests_tmp: str | Path, steps_tmp: str | P
     d = Path(out_dir)
     _retract(d)
     paths = {"requests": commit_file(requests_tmp, d / REQUESTS_FILE)}
-    _checkpoint("requests moved")
     paths["steps"] = commit_file(steps_tmp, d / STEPS_FILE)
-    _checkpoint("steps moved")
     paths["summary"] = write_json(summary, d / SUMMARY_FILE)
-    _checkpoint("summary written")
     paths["marker"] = _write_marker(d, str(summary["status"]), str(summary["config_hash"]),
                                     RESULT_FILES)
     return paths
@@ -279,9 +270,7 @@ def commit_failure(out_dir: str | Path, summary: dict[str, Any]) -> dict[str, Pa
     _retract(d)
     for name in (REQUESTS_FILE, STEPS_FILE):
         _unlink(d / name)
-        _checkpoint(f"old {name} removed")
     paths = {"summary": write_json(summary, d / SUMMARY_FILE)}
-    _checkpoint("summary written")
     paths["marker"] = _write_marker(d, str(summary["status"]), str(summary["config_hash"]),
                                     (SUMMARY_FILE,))
     return paths

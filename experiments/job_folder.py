@@ -34,7 +34,14 @@ from typing import IO, Any
 
 import pyarrow.parquet as pq
 
-from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, commit_file, write_json
+from experiments.sinks import (
+    REQUESTS_FILE,
+    STEPS_FILE,
+    SUMMARY_FILE,
+    atomic_path,
+    commit_file,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -274,3 +281,29 @@ def commit_failure(out_dir: str | Path, summary: dict[str, Any]) -> dict[str, Pa
     paths["marker"] = _write_marker(d, str(summary["status"]), str(summary["config_hash"]),
                                     (SUMMARY_FILE,))
     return paths
+
+
+def snapshot_files(folder: str | Path) -> dict[Path, bytes]:
+    """The bytes of every file directly in `folder` (none when it does not exist)."""
+    d = Path(folder)
+    return {p: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()} if d.is_dir() else {}
+
+
+def restore_files(snapshot: dict[Path, bytes]) -> list[Path]:
+    """Write back every file of `snapshot` whose bytes changed since (atomically); returns
+    them. A job keeps its folder's `.hydra/` this way: a second run into the folder, refused
+    by the lock, has already had Hydra rewrite it with its own config."""
+    changed = []
+    for p, data in snapshot.items():
+        try:
+            same = p.read_bytes() == data
+        except OSError:
+            same = False
+        if not same:
+            with atomic_path(p) as tmp, open(tmp, "wb") as f:
+                f.write(data)
+            changed.append(p)
+    if changed:
+        log.warning("another run rewrote %s while this job held the folder; restored",
+                    ", ".join(str(p) for p in changed))
+    return changed

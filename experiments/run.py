@@ -62,6 +62,8 @@ from experiments.job_folder import (
     commit_failure,
     commit_run,
     remove_stale_spools,
+    restore_files,
+    snapshot_files,
     verify_folder,
 )
 from experiments.metrics import compute_metrics_from_files
@@ -423,10 +425,16 @@ def main(cfg: DictConfig) -> None:
         if _enum_value(cfg.get("on_error", "fail")) != "record":
             sys.exit(f"error: {e}")  # one message, no traceback: the config is wrong
     overrides = [str(o) for o in hc.overrides.task]
-    # One run per job folder at a time: a second fails here, naming the holder.
+    # One run per job folder at a time: a second fails here, naming the holder (after Hydra
+    # rewrote .hydra/ with its config: the holder puts its own back when it ends).
     with JobLock(out_dir):
-        remove_stale_spools(out_dir)
-        summary = _run_job(cfg, out_dir, multirun, group, name, overrides)
+        hydra_dir = snapshot_files(Path(out_dir) / str(hc.output_subdir)) \
+            if hc.output_subdir is not None else {}
+        try:
+            remove_stale_spools(out_dir)
+            summary = _run_job(cfg, out_dir, multirun, group, name, overrides)
+        finally:
+            restore_files(hydra_dir)
     if multirun:
         print(f"[job {hc.job.num}] {hc.job.override_dirname}: {format_line(summary)}")
     else:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,31 @@ def test_stale_spool_files_of_dead_runs_are_removed(tmp_path: Path) -> None:
     run(out, *TINY)  # the next run into the folder cleans up too
     assert not any(p.exists() for p in stale)
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp") and p.name.startswith(".s")]
+
+
+def test_the_holder_puts_back_the_hydra_config_a_refused_run_rewrote(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "experiments.run", f"hydra.run.dir={out}", "progress=off",
+         "seed=3", "workload.num_requests=2000000", "workload.request_rate=1000"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "CI": "1"})
+    try:
+        lock = out / ".schedbench.lock"
+        end = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().startswith(f"pid {holder.pid} ")):
+            assert holder.poll() is None and time.monotonic() < end, "the holder did not start"
+            time.sleep(0.1)
+        mine = (out / ".hydra" / "overrides.yaml").read_text()
+        assert "seed=3" in mine
+        refused = run(out, *TINY, "seed=4", ok=False)
+        assert "in use by another run" in refused.stderr
+        assert "seed=4" in (out / ".hydra" / "overrides.yaml").read_text()  # Hydra's doing
+        holder.send_signal(signal.SIGINT)  # ends the holder through its cleanup
+        holder.wait(timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert (out / ".hydra" / "overrides.yaml").read_text() == mine
+    assert "seed: 3" in (out / ".hydra" / "config.yaml").read_text()

@@ -4,7 +4,7 @@ A request whose prompt plus `max_tokens` exceeds the scheduler's context (vLLM
 `max_model_len`, SGLang `max_req_len`) stops at the context length (finish_reason length),
 as upstream does: its output is shorter than the workload asked for. `ContextCapCounter`
 counts such requests as they stream by; the run writes the count to summary.json under
-`input_changes` (`outputs_cut_at_context`) and, when any, a line to `warnings` (logged).
+`input_changes` (`outputs_cut_at_context`) and logs a warning when any.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ class ContextCapCounter:
     def __iter__(self) -> Iterator[Request]:
         limit = self.limit
         for r in self.requests:
-            if limit is not None and r.num_prompt_tokens + r.max_tokens > limit:
+            # a prompt that does not fit is rejected, not cut (counted as a rejection)
+            if (limit is not None and r.num_prompt_tokens < limit
+                    and r.num_prompt_tokens + r.max_tokens > limit):
                 self.count += 1
                 if len(self.examples) < _EXAMPLES:
                     self.examples.append(f"{r.request_id} ({r.num_prompt_tokens} + "
@@ -54,7 +56,7 @@ class ContextCapCounter:
         return {"outputs_cut_at_context": self.count}
 
     def warning(self) -> str | None:
-        """The line for summary.json `warnings` (and the log) when any output is cut."""
+        """The line the run logs when any output is cut."""
         if not self.count:
             return None
         return (f"{self.count} request(s) ask for more tokens than the context of "

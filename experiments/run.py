@@ -275,7 +275,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         summary["input_changes"] = capped.report()  # counted changes of the input
         cut = capped.warning()
         if cut is not None:
-            summary["warnings"].append(cut)
+            log.warning("%s: %s", run_name or scheduler.name, cut)
         paths = commit_run(out_dir, spool[0], spool[1], summary)
     except BaseException:
         recorder.discard()

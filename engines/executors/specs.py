@@ -24,6 +24,9 @@ class ModelSpec:
     `dtype_bytes` is the weight element size; `kv_dtype_bytes` the KV-cache element size
     (defaults to `dtype_bytes`). `max_position_embeddings` is the model's context length (its
     `config.json` field; None: unknown), the default context length of both schedulers.
+    `checkpoint`: the Hugging Face checkpoint folder of this
+    model, when the project can build one (relative paths from the project root): the real
+    executor runs it when `executor.model_path` is unset.
     """
 
     name: str
@@ -40,6 +43,7 @@ class ModelSpec:
     kv_dtype_bytes: int | None = None
     num_params: int | None = None
     max_position_embeddings: int | None = None
+    checkpoint: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
@@ -110,7 +114,7 @@ class ModelSpec:
                        dtype_bytes: int = 2) -> ModelSpec:
         """Read the fields this spec needs from a Hugging Face `config.json` mapping."""
         keys = {f.name for f in fields(cls)} - {"name", "dtype_bytes", "kv_dtype_bytes",
-                                                "num_params"}
+                                                "num_params", "checkpoint"}
         kwargs = {k: config[k] for k in keys if k in config}
         if "num_key_value_heads" not in kwargs and "num_attention_heads" in kwargs:
             kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]

@@ -41,6 +41,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from engines.engine import Engine, SchedulerCheck
+from engines.executors.base import Executor
 from engines.records import Recorder
 from experiments.build import (
     as_dict,
@@ -204,6 +205,18 @@ def with_output_token_ids(table: pa.Table, requests: list[Request]) -> pa.Table:
     return table.append_column("output_token_ids", pa.array(column, pa.list_(pa.int64())))
 
 
+def with_output_text(table: pa.Table, requests: list[Request], executor: Executor
+                     ) -> pa.Table:
+    """`table` with an `output_text` column (each request's tokens decoded by the checkpoint's
+    tokenizer), when the executor has one; else `table` as it is."""
+    decode = getattr(executor, "decode", None)
+    if decode is None or decode([]) is None:
+        return table
+    texts = {r.request_id: decode(r.output_token_ids) for r in requests}
+    column = [texts[rid] for rid in table.column("request_id").to_pylist()]
+    return table.append_column("output_text", pa.array(column, pa.string()))
+
+
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
                    run_name: str | None = None, workload: str | None = None,
                    overrides: Iterable[str] = ()) -> dict[str, Any]:
@@ -252,7 +265,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         wall = time.perf_counter() - t0
         if real:
             assert isinstance(requests, list)
-            write_table(with_output_token_ids(pq.read_table(spool[0]), requests), spool[0])
+            table = with_output_token_ids(pq.read_table(spool[0]), requests)
+            write_table(with_output_text(table, requests, executor), spool[0])
         summary: dict[str, Any] = {
             "status": "ok",
             "config_hash": digest,

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from engines.model import PagedDecoder, PagedKVCache
+from engines.model.text import decode, has_tokenizer, load_tokenizer
 from kernels import AttentionBackend, build_metadata, get_attention_backend, resolve_kernel
 from schedulers.contract import Request, StepPlan, StepResult, SwapOp
 
@@ -177,13 +178,25 @@ class RealExecutor:
         self._backends: dict[int, AttentionBackend] = {}
         self._vocab = model.config.vocab_size
         self._cuda = model.device.type == "cuda"
+        # The checkpoint folder when it carries a tokenizer (outputs are then decoded to text).
+        self.tokenizer_path: str | None = None
 
     @classmethod
     def from_config(cls, cfg: RealExecutorConfig) -> RealExecutor:
         """Load the checkpoint of `cfg.model_path` and build the executor."""
         model = PagedDecoder.from_pretrained(Path(cfg.model_path), dtype=cfg.dtype,
                                              device=cfg.device)
-        return cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots)
+        executor = cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots)
+        if has_tokenizer(cfg.model_path):
+            executor.tokenizer_path = str(cfg.model_path)
+        return executor
+
+    def decode(self, token_ids: list[int]) -> str | None:
+        """The text of `token_ids` by the checkpoint's tokenizer (special tokens left out);
+        None when the checkpoint has no tokenizer."""
+        if self.tokenizer_path is None:
+            return None
+        return decode(load_tokenizer(self.tokenizer_path), token_ids)
 
     def backend(self, page_size: int) -> AttentionBackend:
         """The attention backend for plans of `page_size` (resolved once per page size)."""

@@ -7,7 +7,9 @@ when pulled) and `build_workload(cfg, seed)` (the whole list) dispatch on `cfg["
 - `multi_turn`: conversations that grow a shared history (`multi_turn.py`);
 - `azure`, `mooncake`: real trace replays (`replay.py`);
 - `lengths`: a length-only dataset through Hugging Face `datasets`, with synthetic arrivals
-  (`datasets_source.py`).
+  (`datasets_source.py`);
+- `prompts`: real text questions for a real model, tokenized with its chat template
+  (`prompts.py`).
 Trace workloads share the transforms of `transforms.py` (time window, first N, prompt-length
 limit, rate scaling, `max_tokens` policy). Every generator is deterministic in its seed (the
 run's `seed` when the workload's own is null). `shared_prefix` and `multi_turn` build their
@@ -24,6 +26,7 @@ from experiments.workloads.datasets_source import LengthsWorkload, lengths_strea
 from experiments.workloads.lengths import DISTRIBUTIONS, LengthDist
 from experiments.workloads.multi_turn import MultiTurnWorkload, multi_turn_from_config
 from experiments.workloads.parse import parse_params
+from experiments.workloads.prompts import PromptsWorkload, prompts_from_config, prompts_stream
 from experiments.workloads.replay import (
     AzureWorkload,
     MooncakeWorkload,
@@ -48,6 +51,7 @@ STREAMS: dict[str, Callable[[Mapping[str, Any], int | None], RequestStream]] = {
     "azure": azure_stream_from_config,
     "mooncake": mooncake_stream_from_config,
     "lengths": lambda cfg, seed: lengths_stream(parse_params(LengthsWorkload, cfg, seed)),
+    "prompts": lambda cfg, seed: prompts_stream(prompts_from_config(cfg, seed)),
 }
 GENERATORS = STREAMS  # the former name
 
@@ -59,6 +63,7 @@ PARAMS: dict[str, type] = {
     "azure": AzureWorkload,
     "mooncake": MooncakeWorkload,
     "lengths": LengthsWorkload,
+    "prompts": PromptsWorkload,
 }
 
 

@@ -29,7 +29,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +219,9 @@ def with_output_text(table: pa.Table, requests: list[Request], executor: Executo
 
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
                    run_name: str | None = None, workload: str | None = None,
-                   overrides: Iterable[str] = ()) -> dict[str, Any]:
+                   overrides: Iterable[str] = (),
+                   wrap_executor: Callable[[Executor], Executor] | None = None
+                   ) -> dict[str, Any]:
     """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
     `logger.name` is wandb, in `group` under `run_name`); returns the summary. `workload`
     names the workload in the summary (default: `workload_label`). `overrides` (the job's
@@ -229,7 +231,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     Requests are built as the clock reaches them and the records are spooled to hidden
     temporary files in `out_dir` as the run goes (moved into place at the end, deleted on an
     error), so memory holds only live requests; requests.parquet lists requests in the order
-    they ended (sort by arrival_time for arrival order)."""
+    they ended (sort by arrival_time for arrival order). `wrap_executor`, when given, wraps
+    the built executor (a study that records each step's shape, scripts/real_vs_sim.py)."""
     validate_run_config(cfg)
     digest = config_hash(cfg)  # the inputs as they are read now
     seed = int(cfg.seed)
@@ -249,6 +252,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                               num_slots=kv_capacity + scheduler.page_size)
     capped = ContextCapCounter(requests, context_limit(scheduler))
     requests = capped if not real else list(capped)
+    if wrap_executor is not None:
+        executor = wrap_executor(executor)
     show = progress_enabled(_progress_mode(cfg))
     check = invariant_check(scheduler) if cfg.get("check_invariants", False) else None
     spool = (temp_path(Path(out_dir) / REQUESTS_FILE), temp_path(Path(out_dir) / STEPS_FILE))

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""The simulator against the real executor on SmolLM2-135M-Instruct (issue 14).
+
+For each scheduler: run the real-prompt workload with `executor=real model=smollm2_135m`
+(every step's shape and measured time recorded), then the same workload, pool and seed with
+`executor=sim executor.cost_model=profile` (the profile of scripts/profile_executor.py for
+this model on this machine), each request's EOS at the length the real run produced. Writes
+under `--out`:
+
+    runs/<scheduler>_<real|sim>/    requests.parquet, steps.parquet, summary.json (+ step_shapes
+                                    .parquet and output_lengths.json for the real runs)
+    step_error.csv                  per scheduler: median / p90 absolute percentage error of the
+                                    profile's prediction over the real run's steps (all steps,
+                                    decode-only steps, steps with prefill)
+    comparison.csv / .md            per scheduler: real, sim and relative error of throughput,
+                                    TTFT and E2E (median, p99), evictions, victims' median E2E
+    questions.md                    the three questions (evictions, prefix-cache recovery of
+                                    victims, victims' E2E against the others), real beside sim
+    figures/step_time.png           predicted against measured step time
+    figures/e2e_cdf.png             E2E latency CDFs, real and sim
+    study.json                      the settings, wall time and peak memory of this study
+
+    python scripts/real_vs_sim.py [--out results/real_model] [--num-requests 32] [--rate 2]
+        [--max-tokens 128] [--kv 512] [--profile conf/profiles/smollm2_135m_cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from engines.cost_model import FittedCostModel, StepShape  # noqa: E402
+from engines.executors.base import Executor  # noqa: E402
+from schedulers.contract import Request, StepPlan, StepResult  # noqa: E402
+
+# summary.json key, label: the statistics compared (relative error of sim against real).
+STATS = (
+    ("request_throughput", "request throughput (req/s)"),
+    ("output_throughput", "output throughput (tok/s)"),
+    ("median_ttft_ms", "median TTFT (ms)"),
+    ("p99_ttft_ms", "p99 TTFT (ms)"),
+    ("median_e2el_ms", "median E2E (ms)"),
+    ("p99_e2el_ms", "p99 E2E (ms)"),
+    ("num_preemptions", "preemptions / retractions"),
+    ("median_e2el_victim_ms", "victims' median E2E (ms)"),
+)
+QUESTIONS = (
+    ("num_preemptions", "evictions (vLLM preemptions / SGLang retractions)"),
+    ("num_victims", "requests evicted at least once"),
+    ("recomputed_tokens", "recomputed tokens"),
+    ("prefix_recovery_on_resume", "prefix-cache recovery on resume"),
+    ("median_e2el_victim_ms", "victims' median E2E (ms)"),
+    ("median_e2el_nonvictim_ms", "others' median E2E (ms)"),
+    ("victim_e2el_median_ratio", "victims / others, median E2E"),
+)
+
+
+class ShapeRecorder:
+    """Wraps an executor; keeps every executed step's shape and measured duration."""
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+        self.rows: list[dict[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def register(self, request: Request) -> None:
+        self.inner.register(request)
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        result = self.inner.execute(plan)
+        s = StepShape.of(plan)
+        self.rows.append({"step": plan.step, "num_tokens": s.num_tokens,
+                          "attn_pairs": s.attn_pairs, "kv_read_tokens": s.kv_read_tokens,
+                          "num_seqs": s.num_seqs,
+                          "prefill": any(not c.sample or len(c.token_ids) > 1
+                                         for c in plan.chunks),
+                          "seconds": result.duration_s})
+        return result
+
+
+def compose(overrides: list[str]) -> Any:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from experiments.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def run(overrides: list[str], out: Path, record: bool = False
+        ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One job through `experiments.run.run_experiment` into `out`."""
+    from experiments.run import run_experiment
+
+    recorders: list[ShapeRecorder] = []
+
+    def wrap(executor: Executor) -> Executor:
+        recorders.append(ShapeRecorder(executor))
+        return recorders[-1]
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = compose(overrides)
+    t0 = time.perf_counter()
+    summary = run_experiment(cfg, out, wrap_executor=wrap if record else None)
+    print(f"  {out.name}: {time.perf_counter() - t0:.1f} s wall, {summary['num_steps']} steps, "
+          f"{summary['num_preemptions']} evictions", flush=True)
+    return summary, recorders[0].rows if recorders else []
+
+
+def pct(sim: float | None, real: float | None) -> float:
+    """Relative error of `sim` against `real`, in percent (nan when undefined)."""
+    if sim is None or real is None or not np.isfinite(real) or not np.isfinite(sim):
+        return float("nan")
+    if real == 0:
+        return 0.0 if sim == 0 else float("inf")
+    return 100.0 * (sim - real) / real
+
+
+def step_errors(rows: list[dict[str, Any]], model: FittedCostModel) -> dict[str, float]:
+    """Median and p90 absolute percentage error over the real steps (all, decode, prefill)."""
+    df = pd.DataFrame(rows)
+    pred = np.array([model.seconds(r.num_tokens, r.attn_pairs, r.kv_read_tokens, r.num_seqs)
+                     for r in df.itertuples()])
+    ape = np.abs(pred - df["seconds"].to_numpy()) / df["seconds"].to_numpy() * 100.0
+    out: dict[str, float] = {}
+    for name, mask in (("all", np.ones(len(df), bool)), ("decode", ~df["prefill"].to_numpy()),
+                       ("prefill", df["prefill"].to_numpy())):
+        a = ape[mask]
+        out[f"{name}_steps"] = int(mask.sum())
+        out[f"{name}_median_ape_pct"] = float(np.median(a)) if a.size else float("nan")
+        out[f"{name}_p90_ape_pct"] = float(np.percentile(a, 90)) if a.size else float("nan")
+    out["sum_pred_over_real"] = float(pred.sum() / df["seconds"].sum())
+    return out
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if v != v else f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: FittedCostModel) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
+    for ax, (sched, rows) in zip(axes[0], shapes.items(), strict=True):
+        df = pd.DataFrame(rows)
+        pred = [model.seconds(r.num_tokens, r.attn_pairs, r.kv_read_tokens, r.num_seqs)
+                for r in df.itertuples()]
+        for prefill, label in ((False, "decode"), (True, "with prefill")):
+            m = df["prefill"] == prefill
+            ax.scatter(df["seconds"][m] * 1e3, np.asarray(pred)[m.to_numpy()] * 1e3, s=6,
+                       label=label)
+        hi = max(df["seconds"].max(), max(pred)) * 1e3
+        ax.plot([0, hi], [0, hi], "k--", lw=0.8)
+        ax.set(title=f"{sched}: step time", xlabel="measured (ms)", ylabel="predicted (ms)",
+               xscale="log", yscale="log")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(fig_dir / "step_time.png", dpi=120)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
+    for ax, sched in zip(axes[0], shapes, strict=True):
+        for kind in ("real", "sim"):
+            df = pd.read_parquet(out / "runs" / f"{sched}_{kind}" / "requests.parquet")
+            e2e = np.sort((df["finish_time"] - df["arrival_time"]).to_numpy() * 1e3)
+            ax.step(e2e, np.arange(1, len(e2e) + 1) / len(e2e), where="post", label=kind)
+        ax.set(title=f"{sched}: E2E latency CDF", xlabel="E2E (ms)", ylabel="share of requests")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(fig_dir / "e2e_cdf.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "real_model")
+    ap.add_argument("--profile", default="conf/profiles/smollm2_135m_cpu.json")
+    ap.add_argument("--schedulers", nargs="+", default=["vllm", "sglang"])
+    ap.add_argument("--num-requests", type=int, default=32)
+    ap.add_argument("--rate", type=float, default=2.0)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--kv", type=int, default=512, help="KV pool, token slots")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+    out: Path = args.out
+    base = [f"workload.num_requests={args.num_requests}", f"workload.request_rate={args.rate}",
+            f"workload.max_tokens={args.max_tokens}", f"kv_capacity_tokens={args.kv}",
+            f"seed={args.seed}", "model=smollm2_135m", "workload=smollm2_prompts",
+            "progress=off"]
+    cost = FittedCostModel.from_profile(ROOT / args.profile)
+    summaries: dict[tuple[str, str], dict[str, Any]] = {}
+    shapes: dict[str, list[dict[str, Any]]] = {}
+    errors: list[dict[str, Any]] = []
+    for sched in args.schedulers:
+        real_dir = out / "runs" / f"{sched}_real"
+        summary, rows = run(base + [f"scheduler={sched}", "executor=real"], real_dir,
+                            record=True)
+        summaries[(sched, "real")] = summary
+        shapes[sched] = rows
+        pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
+        req = pd.read_parquet(real_dir / "requests.parquet")
+        lengths = {str(r): int(n) for r, n in zip(req["request_id"], req["output_len"],
+                                                  strict=True)}
+        (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
+        summaries[(sched, "sim")], _ = run(
+            base + [f"scheduler={sched}", "executor=sim", "executor.cost_model=profile",
+                    f"executor.profile={args.profile}",
+                    f"workload.output_lengths={real_dir / 'output_lengths.json'}"],
+            out / "runs" / f"{sched}_sim")
+        errors.append({"scheduler": sched, **step_errors(rows, cost)})
+    err = pd.DataFrame(errors)
+    err.to_csv(out / "step_error.csv", index=False, float_format="%.2f")
+    comp = []
+    for sched in args.schedulers:
+        real, sim = summaries[(sched, "real")], summaries[(sched, "sim")]
+        for key, label in STATS:
+            comp.append({"scheduler": sched, "statistic": label, "real": real.get(key),
+                         "sim": sim.get(key), "rel_error_pct": pct(sim.get(key), real.get(key))})
+    comp_df = pd.DataFrame(comp)
+    comp_df.to_csv(out / "comparison.csv", index=False, float_format="%.4g")
+    lines = ["| scheduler | statistic | real | sim | sim vs real |", "|---|---|---|---|---|"]
+    for r in comp:
+        lines.append(f"| {r['scheduler']} | {r['statistic']} | {fmt(r['real'])} | "
+                     f"{fmt(r['sim'])} | {fmt(r['rel_error_pct'])} % |")
+    lines += ["", "Step time, profile prediction against the real run's measured steps "
+              "(absolute percentage error):", "",
+              "| scheduler | steps | median | p90 | decode steps: median / p90 | "
+              "steps with prefill: median / p90 | sum predicted / sum measured |",
+              "|---|---|---|---|---|---|---|"]
+    for e in errors:
+        lines.append(f"| {e['scheduler']} | {e['all_steps']} | {e['all_median_ape_pct']:.1f} % "
+                     f"| {e['all_p90_ape_pct']:.1f} % | {e['decode_median_ape_pct']:.1f} / "
+                     f"{e['decode_p90_ape_pct']:.1f} % ({e['decode_steps']}) | "
+                     f"{e['prefill_median_ape_pct']:.1f} / {e['prefill_p90_ape_pct']:.1f} % "
+                     f"({e['prefill_steps']}) | {e['sum_pred_over_real']:.3f} |")
+    (out / "comparison.md").write_text("\n".join(lines) + "\n")
+    q = ["| question | " + " | ".join(f"{s} real | {s} sim" for s in args.schedulers) + " |",
+         "|---|" + "---|---|" * len(args.schedulers)]
+    for key, label in QUESTIONS:
+        cells = []
+        for s in args.schedulers:
+            cells += [fmt(summaries[(s, "real")].get(key)), fmt(summaries[(s, "sim")].get(key))]
+        q.append(f"| {label} | " + " | ".join(cells) + " |")
+    (out / "questions.md").write_text("\n".join(q) + "\n")
+    figures(out, shapes, cost)
+    study = {
+        "command": "python scripts/real_vs_sim.py " + " ".join(
+            sys.argv[1:] if argv is None else argv),
+        "overrides": base, "profile": args.profile, "schedulers": args.schedulers,
+        "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "machine": {"cpu": _cpu(), "cpu_count": __import__("os").cpu_count(),
+                    "platform": platform.platform(), "torch": torch.__version__},
+    }
+    (out / "study.json").write_text(json.dumps(study, indent=1) + "\n")
+    print((out / "comparison.md").read_text())
+    print((out / "questions.md").read_text())
+    print(f"wall {study['wall_s']} s, peak RSS {study['peak_rss_mib']} MiB")
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -233,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                                                   strict=True)}
         (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
         summaries[(sched, "sim")], _ = run(
-            [*base, f"scheduler={sched}", "executor=sim", "executor.cost_model=profile", f"executor.profile={args.profile}", f"workload.output_lengths={real_dir / 'output_lengths.json'}"],
+            [*base, f"scheduler={sched}", "executor=sim", "executor.cost_model=profile",
+             f"executor.profile={args.profile}",
+             f"workload.output_lengths={real_dir / 'output_lengths.json'}"],
             out / "runs" / f"{sched}_sim")
         errors.append({"scheduler": sched, **step_errors(rows, cost)})
     err = pd.DataFrame(errors)

@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 
 from engines.admission import AdmissionLimits
-from engines.cost_model import FittedCostModel
+from engines.cost_model import CostModel, FittedCostModel
+from engines.decode_batch_cost import DecodeBatchCostModel
 from engines.executors.base import Executor
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
@@ -196,24 +197,27 @@ def build_hardware(cfg_hardware: Mapping[str, Any] | DictConfig) -> HardwareSpec
     return construct(HardwareSpec, "hardware", d)
 
 
-COST_MODELS = ("roofline", "profile")
+COST_MODELS = ("roofline", "profile", "profile_batch")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-def build_cost_model(kind: str, profile: str | None) -> FittedCostModel | None:
+def build_cost_model(kind: str, profile: str | None) -> CostModel | None:
     """The sim executor's cost model: None for "roofline" (the executor builds it from the
-    model and hardware), a `FittedCostModel` fitted to `profile` for "profile"."""
+    model and hardware), a `FittedCostModel` fitted to `profile` for "profile", and that fit
+    with per-decode-batch-size factors (engines/decode_batch_cost.py) for "profile_batch"."""
     if kind == "roofline":
         return None
-    if kind != "profile":
+    if kind not in COST_MODELS:
         raise ValueError(f"executor.cost_model={kind!r}: unknown; valid: "
                          f"{', '.join(COST_MODELS)}")
     if not profile:
-        raise ValueError("executor (sim): cost_model=profile needs executor.profile: a JSON "
+        raise ValueError(f"executor (sim): cost_model={kind} needs executor.profile: a JSON "
                          "file from scripts/profile_executor.py (e.g. conf/profiles/*.json)")
     path = Path(profile)
     if not path.is_absolute() and not path.exists():
         path = PROJECT_ROOT / path
+    if kind == "profile_batch":
+        return DecodeBatchCostModel.from_profile(path)
     return FittedCostModel.from_profile(path)
 
 
@@ -223,7 +227,7 @@ def cost_model_summary(cfg_executor: Mapping[str, Any] | DictConfig) -> dict[str
     if d.get("name") != "sim":
         return {"cost_model": "measured"}
     kind = d.get("cost_model", "roofline")
-    return {"cost_model": kind, "cost_model_profile": d.get("profile") if kind == "profile"
+    return {"cost_model": kind, "cost_model_profile": d.get("profile") if kind != "roofline"
             else None}
 
 

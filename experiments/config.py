@@ -127,7 +127,8 @@ class SimExecutorConfig:
     `cost_model`: roofline (the model's shape and the hardware's peaks, derated by the
     efficiencies, plus `step_overhead_s`) or profile (`FittedCostModel` fitted to the
     measurements of `profile`, a JSON file from scripts/profile_executor.py; a relative path
-    is taken from the project root).
+    is taken from the project root) or profile_batch (that fit, with a factor per decode
+    batch size measured in the profile: engines/decode_batch_cost.py).
     """
 
     name: str = "sim"

@@ -3,7 +3,7 @@
 
     python scripts/profile_executor.py [--model-path DIR] [--out conf/profiles/NAME.json]
         [--kernel torch] [--dtype float32] [--device cpu] [--threads 1] [--repeats 5]
-        [--validate-requests 40]
+        [--validate-requests 40] [--grid default|small]
 
 Without `--model-path` a tiny random Llama checkpoint (4 layers, hidden 256; see
 engines/model/tiny.py) is written to a temporary folder and profiled. The grid:
@@ -11,6 +11,8 @@ engines/model/tiny.py) is written to a temporary folder and profiled. The grid:
     prefill   one chunk of n tokens after a prefix of s cached tokens
     decode    b sequences of one token each, at context length c
     mixed     one prefill chunk of n tokens beside b decodes at context c
+
+(`--grid small`: shorter prompts and contexts, batched prompts; see `small_grid`.)
 
 Each shape runs `--repeats` times after a warm-up; the median is kept. The profile (JSON:
 model config, hardware, dtype, kernel, threads, the measurements with their `StepShape`
@@ -86,7 +88,41 @@ class Planner:
         return StepPlan(step=self.step, page_size=PAGE_SIZE, chunks=chunks)
 
 
-def grid() -> list[tuple[str, list[tuple[int, int]]]]:
+# --grid small: the shapes of short chat workloads (prompts of tens of tokens, answers of up to
+# a few hundred, batches of up to 32), e.g. SmolLM2 on a CPU (scripts/reproduce_real_model.sh):
+# a linear model fits best over the range it is used in.
+SMALL_PREFILL_TOKENS = (8, 16, 32, 64, 128, 256)
+SMALL_PREFILL_PREFIX = (0, 32, 128)
+SMALL_PREFILL_BATCH = ((2, 40), (4, 40), (8, 40), (4, 12))  # (prompts, tokens each)
+SMALL_DECODE_BATCH = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
+SMALL_DECODE_CONTEXT = (32, 96, 192)
+SMALL_MIXED = ((40, 2, 64), (40, 4, 64), (40, 8, 128), (80, 8, 96), (40, 16, 128),
+               (120, 12, 160))
+
+
+def small_grid() -> list[tuple[str, list[tuple[int, int]]]]:
+    """The `--grid small` shapes (see SMALL_*)."""
+    shapes: list[tuple[str, list[tuple[int, int]]]] = []
+    for n in SMALL_PREFILL_TOKENS:
+        for s in SMALL_PREFILL_PREFIX:
+            shapes.append(("prefill", [(n, s)]))
+    for k, n in SMALL_PREFILL_BATCH:
+        shapes.append(("prefill", [(n, 0)] * k))
+    for b in SMALL_DECODE_BATCH:
+        for c in SMALL_DECODE_CONTEXT:
+            shapes.append(("decode", [(1, c - 1)] * b))
+    for n, b, c in SMALL_MIXED:
+        shapes.append(("mixed", [(n, 0)] + [(1, c - 1)] * b))
+    return shapes
+
+
+def grid(name: str = "default") -> list[tuple[str, list[tuple[int, int]]]]:
+    """The shapes profiled: `default` (prompts up to 512 tokens, contexts up to 2048) or
+    `small` (`small_grid`)."""
+    if name == "small":
+        return small_grid()
+    if name != "default":
+        raise ValueError(f"--grid {name!r}: valid: default, small")
     shapes: list[tuple[str, list[tuple[int, int]]]] = []
     for n in PREFILL_TOKENS:
         for s in PREFILL_PREFIX:
@@ -99,10 +135,11 @@ def grid() -> list[tuple[str, list[tuple[int, int]]]]:
     return shapes
 
 
-def measure(executor: RealExecutor, repeats: int) -> list[dict[str, Any]]:
+def measure(executor: RealExecutor, repeats: int, grid_name: str = "default"
+            ) -> list[dict[str, Any]]:
     planner = Planner()
     out: list[dict[str, Any]] = []
-    shapes = grid()
+    shapes = grid(grid_name)
     for _kind, spec in shapes[:3]:  # warm-up
         executor.execute(planner.plan(spec))
     for kind, spec in shapes:
@@ -178,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--validate-requests", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--grid", default="default", choices=("default", "small"),
+                    help="the step shapes measured (small: short chat workloads)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -191,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             model_path=model_path, kernel=args.kernel, dtype=args.dtype, device=args.device,
             num_slots=80000))  # the largest grid step: 32 sequences of 2048
         config = json.loads((Path(model_path) / "config.json").read_text())
-        measurements = measure(executor, args.repeats)
+        measurements = measure(executor, args.repeats, args.grid)
         model = FittedCostModel.fit(
             [features(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"], m["num_seqs"])
              for m in measurements], [m["seconds"] for m in measurements])
@@ -214,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": hardware_info(str(executor.model.device), args.threads),
         "dtype": str(executor.model.dtype).removeprefix("torch."),
         "kernel": args.kernel,
+        "grid": args.grid,
         "page_size": PAGE_SIZE,
         "features": list(FEATURES),
         "fit": {"coefficients": model.describe(), "mape_pct_on_grid": round(fit_mape, 2)},

@@ -3,9 +3,9 @@
 
 For each scheduler: run the real-prompt workload with `executor=real model=smollm2_135m`
 (every step's shape and measured time recorded), then the same workload, pool and seed with
-`executor=sim executor.cost_model=profile` (the profile of scripts/profile_executor.py for
-this model on this machine), each request's EOS at the length the real run produced. Writes
-under `--out`:
+`executor=sim executor.cost_model=profile_batch` (fitted to the profile of
+scripts/profile_executor.py for this model on this machine), each request's EOS at the length
+the real run produced. Writes under `--out`:
 
     runs/<scheduler>_<real|sim>/    requests.parquet, steps.parquet, summary.json (+ step_shapes
                                     .parquet and output_lengths.json for the real runs)
@@ -43,6 +43,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from engines.cost_model import FittedCostModel, StepShape  # noqa: E402
+from engines.decode_batch_cost import DecodeBatchCostModel  # noqa: E402
 from engines.executors.base import Executor  # noqa: E402
 from schedulers.contract import Request, StepPlan, StepResult  # noqa: E402
 
@@ -135,7 +136,7 @@ def pct(sim: float | None, real: float | None) -> float:
     return 100.0 * (sim - real) / real
 
 
-def step_errors(rows: list[dict[str, Any]], model: FittedCostModel) -> dict[str, float]:
+def step_errors(rows: list[dict[str, Any]], model: Any) -> dict[str, float]:
     """Median and p90 absolute percentage error over the real steps (all, decode, prefill)."""
     df = pd.DataFrame(rows)
     pred = np.array([model.seconds(r.num_tokens, r.attn_pairs, r.kv_read_tokens, r.num_seqs)
@@ -160,7 +161,7 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
-def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: FittedCostModel) -> None:
+def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv", type=int, default=512, help="KV pool, token slots")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
+    ap.add_argument("--cost-model", default="profile_batch", choices=("profile", "profile_batch"))
+    # Upstream's SGLang admits for a long run (the new-token ratio decays over 600 steps): at
+    # this scale it would never retract. A lower conservativeness and a faster decay admit
+    # more optimistically, so decode runs out of KV and retracts, as it does in long runs.
+    ap.add_argument("--sglang", nargs="*", default=["scheduler.schedule_conservativeness=0.1",
+                                                    "scheduler.new_token_ratio_decay_steps=50"],
+                    help="Hydra overrides for the SGLang runs only")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
@@ -217,14 +225,15 @@ def main(argv: list[str] | None = None) -> int:
             f"workload.max_tokens={args.max_tokens}", f"kv_capacity_tokens={args.kv}",
             f"seed={args.seed}", "model=smollm2_135m", "workload=smollm2_prompts",
             "progress=off"]
-    cost = FittedCostModel.from_profile(ROOT / args.profile)
+    cost: Any = (DecodeBatchCostModel if args.cost_model == "profile_batch"
+                 else FittedCostModel).from_profile(ROOT / args.profile)
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
     shapes: dict[str, list[dict[str, Any]]] = {}
     errors: list[dict[str, Any]] = []
     for sched in args.schedulers:
         real_dir = out / "runs" / f"{sched}_real"
-        summary, rows = run([*base, f"scheduler={sched}", "executor=real"], real_dir,
-                            record=True)
+        extra = [f"scheduler={sched}", *(args.sglang if sched == "sglang" else [])]
+        summary, rows = run([*base, *extra, "executor=real"], real_dir, record=True)
         summaries[(sched, "real")] = summary
         shapes[sched] = rows
         pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
@@ -233,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   strict=True)}
         (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
         summaries[(sched, "sim")], _ = run(
-            [*base, f"scheduler={sched}", "executor=sim", "executor.cost_model=profile",
+            [*base, *extra, "executor=sim", f"executor.cost_model={args.cost_model}",
              f"executor.profile={args.profile}",
              f"workload.output_lengths={real_dir / 'output_lengths.json'}"],
             out / "runs" / f"{sched}_sim")
@@ -276,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     study = {
         "command": "python scripts/real_vs_sim.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
-        "overrides": base, "profile": args.profile, "schedulers": args.schedulers,
+        "overrides": base, "sglang_overrides": args.sglang, "profile": args.profile,
+        "cost_model": args.cost_model, "schedulers": args.schedulers,
         "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "machine": {"cpu": _cpu(), "cpu_count": __import__("os").cpu_count(),

@@ -261,7 +261,7 @@ def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpe
     if name == "real":
         from engines.executors.real import RealExecutor, RealExecutorConfig
 
-        valid = {"model_path", "kernel", "dtype", "device"}
+        valid = {"model_path", "kernel", "dtype", "device", "timer"}
         cfg = construct(lambda **kw: RealExecutorConfig(num_slots=num_slots, **kw),
                         "executor (real)", d, valid)
         return RealExecutor.from_config(cfg)

@@ -3,7 +3,7 @@
 
     python scripts/profile_executor.py [--model-path DIR] [--out conf/profiles/NAME.json]
         [--kernel torch] [--dtype float32] [--device cpu] [--threads 1] [--repeats 5]
-        [--validate-requests 40] [--grid default|small]
+        [--validate-requests 40] [--grid default|small] [--timer wall|cpu]
 
 Without `--model-path` a tiny random Llama checkpoint (4 layers, hidden 256; see
 engines/model/tiny.py) is written to a temporary folder and profiled. The grid:
@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--validate-requests", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timer", default="wall", choices=("wall", "cpu"),
+                    help="CPU step time: wall clock or the process's CPU time (one thread)")
     ap.add_argument("--grid", default="default", choices=("default", "small"),
                     help="the step shapes measured (small: short chat workloads)")
     args = ap.parse_args(argv)
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             model_path = str(save_tiny_checkpoint(Path(tmp) / "tiny", **TINY_PROFILE_SHAPE))
         executor = RealExecutor.from_config(RealExecutorConfig(
             model_path=model_path, kernel=args.kernel, dtype=args.dtype, device=args.device,
-            num_slots=80000))  # the largest grid step: 32 sequences of 2048
+            num_slots=80000, timer=args.timer))  # the largest grid step: 32 sequences of 2048
         config = json.loads((Path(model_path) / "config.json").read_text())
         measurements = measure(executor, args.repeats, args.grid)
         model = FittedCostModel.fit(
@@ -254,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": str(executor.model.dtype).removeprefix("torch."),
         "kernel": args.kernel,
         "grid": args.grid,
+        "timer": args.timer,
         "page_size": PAGE_SIZE,
         "features": list(FEATURES),
         "fit": {"coefficients": model.describe(), "mape_pct_on_grid": round(fit_mape, 2)},

@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     ap.add_argument("--cost-model", default="profile_batch", choices=("profile", "profile_batch"))
+    ap.add_argument("--timer", default="cpu", choices=("wall", "cpu"),
+                    help="the real executor's step time (cpu: steady on a shared machine)")
     # Upstream's SGLang admits for a long run (the new-token ratio decays over 600 steps): at
     # this scale it would never retract. A lower conservativeness and a faster decay admit
     # more optimistically, so decode runs out of KV and retracts, as it does in long runs.
@@ -233,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     for sched in args.schedulers:
         real_dir = out / "runs" / f"{sched}_real"
         extra = [f"scheduler={sched}", *(args.sglang if sched == "sglang" else [])]
-        summary, rows = run([*base, *extra, "executor=real"], real_dir, record=True)
+        summary, rows = run([*base, *extra, "executor=real", f"executor.timer={args.timer}"],
+                            real_dir, record=True)
         summaries[(sched, "real")] = summary
         shapes[sched] = rows
         pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
@@ -286,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python scripts/real_vs_sim.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
         "overrides": base, "sglang_overrides": args.sglang, "profile": args.profile,
-        "cost_model": args.cost_model, "schedulers": args.schedulers,
+        "cost_model": args.cost_model, "timer": args.timer, "schedulers": args.schedulers,
+        "load_average_at_end": list(__import__("os").getloadavg()),
         "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "machine": {"cpu": _cpu(), "cpu_count": __import__("os").cpu_count(),

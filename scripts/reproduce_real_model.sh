@@ -5,8 +5,9 @@
 # simulator whose cost model was profiled for this model on this machine, side by side.
 # Results: results/real_model/ (raw runs in results/real_model/runs/, ignored by git).
 #   scripts/reproduce_real_model.sh [--reprofile] [real_vs_sim.py options, e.g. --kv 384]
-# Builds the checkpoint first when models/ lacks it (`make model`). One torch thread: on a
-# shared CPU more threads only add contention noise to the measured step times.
+# Builds the checkpoint first when models/ lacks it (`make model`). One torch thread, and step
+# times measured as the process's CPU time (executor.timer=cpu, profile --timer cpu): on a CPU
+# shared with other work, wall-clock steps include waiting for a core, unevenly over time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
@@ -16,7 +17,8 @@ profile=conf/profiles/smollm2_135m_cpu.json
 if [ "${1:-}" = "--reprofile" ] || [ ! -f "$profile" ]; then
     [ "${1:-}" = "--reprofile" ] && shift
     "$py" scripts/profile_executor.py --model-path models/smollm2-135m-instruct \
-        --out "$profile" --threads 1 --repeats 3 --validate-requests 12
+        --out "$profile" --threads 1 --repeats 5 --validate-requests 8 --grid small \
+        --timer cpu
 fi
 start=$SECONDS
 "$py" scripts/real_vs_sim.py --profile "$profile" "$@"

@@ -72,5 +72,5 @@ def test_profile_batch_beats_the_linear_fit_on_slow_batches(tmp_path: Path) -> N
 def test_bad_factors_and_missing_profile() -> None:
     with pytest.raises(ValueError, match="decode batch factors must be positive"):
         DecodeBatchCostModel(FittedCostModel(BASE), {2: 0.0})
-    with pytest.raises(ValueError, match="cost_model=profile_batch needs executor.profile"):
+    with pytest.raises(ValueError, match=r"cost_model=profile_batch needs executor\.profile"):
         build_cost_model("profile_batch", None)

@@ -5,7 +5,10 @@ offset, from the chunk's `page_ids`), write the new tokens' keys and values to t
 layer by layer, attend over each request's whole sequence with the configured kernel, compute
 logits only for the last token of chunks with `sample` set, and take the argmax. The step's
 duration is measured: CUDA events on a GPU, `time.perf_counter` (monotonic) on a CPU, from
-the start of `execute` until the sampled tokens are on the host.
+the start of `execute` until the sampled tokens are on the host. On a CPU shared with other
+work, `timer="cpu"` measures the process's CPU time instead (`time.process_time`, meaningful
+with one torch thread): the compute the step needed, without the time spent waiting for a
+core, which on a busy machine inflates wall-clock steps unevenly.
 
 The executor keeps no per-request state besides the KV cache: whatever the scheduler does
 (chunking, prefix hits, preemption and recompute), the plan says which slots hold what.
@@ -39,7 +42,9 @@ class RealExecutorConfig:
     `kernel`: auto | torch | triton | flash_attn. `dtype`: None means float32 on a CPU and
     bfloat16 on a GPU. `device`: None means the GPU when there is one. `num_slots`: KV slots
     to allocate (at least the scheduler's pool: vLLM `num_blocks * block_size`, SGLang
-    `max_total_tokens`); None grows the cache on demand.
+    `max_total_tokens`); None grows the cache on demand. `timer` (CPU only): wall
+    (`time.perf_counter`) or cpu (`time.process_time`, the process's CPU seconds; use with one
+    torch thread on a shared machine).
     """
 
     model_path: str
@@ -47,6 +52,10 @@ class RealExecutorConfig:
     dtype: str | None = None
     device: str | None = None
     num_slots: int | None = None
+    timer: str = "wall"
+
+
+TIMERS = ("wall", "cpu")
 
 
 @dataclass(slots=True)
@@ -167,8 +176,11 @@ class RealExecutor:
     """Implements `engines.executors.base.Executor` with the paged decoder."""
 
     def __init__(self, model: PagedDecoder, kernel: str = "auto",
-                 num_slots: int | None = None) -> None:
+                 num_slots: int | None = None, timer: str = "wall") -> None:
+        if timer not in TIMERS:
+            raise ValueError(f"real executor: timer={timer!r}: valid: {', '.join(TIMERS)}")
         self.model = model
+        self._clock = time.process_time if timer == "cpu" else time.perf_counter
         self.kernel = kernel
         resolve_kernel(kernel, model.device)  # fail early on an unknown choice
         growable = num_slots is None
@@ -186,7 +198,7 @@ class RealExecutor:
         """Load the checkpoint of `cfg.model_path` and build the executor."""
         model = PagedDecoder.from_pretrained(Path(cfg.model_path), dtype=cfg.dtype,
                                              device=cfg.device)
-        executor = cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots)
+        executor = cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots, timer=cfg.timer)
         if has_tokenizer(cfg.model_path):
             executor.tokenizer_path = str(cfg.model_path)
         return executor
@@ -245,7 +257,7 @@ class RealExecutor:
             start_event = torch.cuda.Event(enable_timing=True)
             end_event = torch.cuda.Event(enable_timing=True)
             start_event.record()
-        t0 = time.perf_counter()
+        t0 = self._clock()
         inp = flatten_plan(plan)
         self.kv_cache.ensure_slots(inp.max_slot + 1)
         dev = self.model.device
@@ -262,5 +274,5 @@ class RealExecutor:
             end_event.synchronize()
             duration = start_event.elapsed_time(end_event) / 1000.0
         else:
-            duration = time.perf_counter() - t0
+            duration = self._clock() - t0
         return StepResult(dict(zip(inp.sample_ids, tokens, strict=True)), duration)

@@ -14,7 +14,8 @@ engines/model/tiny.py) is written to a temporary folder and profiled. The grid:
 
 (`--grid small`: shorter prompts and contexts, batched prompts; see `small_grid`.)
 
-Each shape runs `--repeats` times after a warm-up; the median is kept. The profile (JSON:
+Each shape runs `--repeats` times after a warm-up (round-robin over the grid); the median is
+kept. The profile (JSON:
 model config, hardware, dtype, kernel, threads, the measurements with their `StepShape`
 terms, and the fitted coefficients for reference) is written to `--out`; the sim executor
 refits from the measurements (`executor.cost_model=profile executor.profile=PATH`).
@@ -142,13 +143,19 @@ def measure(executor: RealExecutor, repeats: int, grid_name: str = "default"
     shapes = grid(grid_name)
     for _kind, spec in shapes[:3]:  # warm-up
         executor.execute(planner.plan(spec))
-    for kind, spec in shapes:
-        plan = planner.plan(spec)
-        times = [executor.execute(plan).duration_s for _ in range(repeats)]
+    plans = [planner.plan(spec) for _kind, spec in shapes]
+    times: list[list[float]] = [[] for _ in plans]
+    # Round-robin over the grid, not one shape `repeats` times in a row: on a machine whose
+    # load changes over time, a busy spell then spreads over every shape instead of skewing
+    # a few (and no shape runs with caches warmed by its own previous run only).
+    for _ in range(repeats):
+        for i, plan in enumerate(plans):
+            times[i].append(executor.execute(plan).duration_s)
+    for (kind, _spec), plan, t in zip(shapes, plans, times, strict=True):
         shape = StepShape.of(plan)
         out.append({"kind": kind, "num_tokens": shape.num_tokens,
                     "attn_pairs": shape.attn_pairs, "kv_read_tokens": shape.kv_read_tokens,
-                    "num_seqs": shape.num_seqs, "seconds": statistics.median(times)})
+                    "num_seqs": shape.num_seqs, "seconds": statistics.median(t)})
     return out
 
 

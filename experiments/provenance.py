@@ -55,8 +55,10 @@ def checkpoint_config(cfg_executor: Mapping[str, Any] | DictConfig) -> dict[str,
     path = cfg_executor.get("model_path")
     if not path:
         return None
+    from experiments.preflight import resolve_model_path
+
     try:
-        data = json.loads((Path(str(path)) / "config.json").read_text())
+        data = json.loads((resolve_model_path(str(path)) / "config.json").read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

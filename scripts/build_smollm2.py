@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "models" / "smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+HF_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 # What a complete folder holds (written last: `build_info.json`).
 REQUIRED = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "build_info.json")
@@ -76,6 +77,7 @@ def build(out: Path) -> None:
         config.pop("quantization_config", None)
         config["dtype"] = "float32"
         config["architectures"] = ["LlamaForCausalLM"]
+        config["_name_or_path"] = HF_NAME  # summary.json names the model by it
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         model.generation_config.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))

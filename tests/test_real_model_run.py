@@ -1,6 +1,7 @@
 """`executor=real model=smollm2_135m` through the Hydra entry point: the model config names its
-checkpoint (no executor.model_path), summary.json names the model, requests.parquet holds the
-output text; without a built checkpoint the error names `make model`."""
+checkpoint (no executor.model_path), summary.json names the model (the checkpoint's
+`_name_or_path`, written by scripts/build_smollm2.py), requests.parquet holds the output text;
+without a built checkpoint the error names `make model`."""
 
 from __future__ import annotations
 
@@ -9,24 +10,46 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
-from engines.executors.specs import HardwareSpec, ModelSpec
-from experiments.build import build_executor
+from experiments.config import register_configs
+from experiments.preflight import ConfigError, check_real_executor, resolve_model_path
 from tests.real_model import ROOT, real_model_test
 
-SMOLLM2 = dict(name="smollm2_135m", hidden_size=576, num_hidden_layers=30,
-               num_attention_heads=9, num_key_value_heads=3, head_dim=64,
-               intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True)
-CPU = HardwareSpec(name="cpu", peak_flops=1e11, memory_bandwidth=1e10, host_link_bandwidth=1e10)
+
+def compose(overrides: list[str]) -> Any:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def test_model_group_names_the_checkpoint_for_executor_real() -> None:
+    cfg = compose(["executor=real", "model=smollm2_135m"])
+    assert cfg.executor.model_path == "models/smollm2-135m-instruct"
+    assert (resolve_model_path(cfg.executor.model_path).resolve()
+            == (ROOT / "models/smollm2-135m-instruct").resolve())
+    # A model without a checkpoint leaves it unset: the preflight names what to set.
+    bare = compose(["executor=real"])
+    assert bare.executor.model_path is None
+    with pytest.raises(ConfigError, match=r"executor=real needs executor.model_path.*"
+                                          r"model=smollm2_135m"):
+        check_real_executor(bare.executor)
+    # The sim executor has no model_path; the model group still composes with it.
+    assert "model_path" not in compose(["model=smollm2_135m"]).executor
 
 
 def test_a_missing_checkpoint_names_make_model(tmp_path: Path) -> None:
-    spec = ModelSpec(**SMOLLM2, checkpoint=str(tmp_path / "absent"))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"model.checkpoint=.*absent.*`make model`"):
-        build_executor({"name": "real"}, spec, CPU)
+    absent = tmp_path / "models" / "smollm2-135m-instruct"
+    with pytest.raises(ConfigError, match=r"does not exist.*`make model`"):
+        check_real_executor({"name": "real", "model_path": str(absent)})
 
 
 @real_model_test
@@ -39,7 +62,9 @@ def test_executor_real_model_smollm2_needs_no_other_key(tmp_path: Path) -> None:
         cwd=ROOT, check=True, capture_output=True, text=True,
         env={**os.environ, "CI": "true", "OMP_NUM_THREADS": "1"})
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["model"] == "smollm2_135m" and summary["executor"] == "real"
+    assert summary["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert summary["model_path"] == "models/smollm2-135m-instruct"
+    assert summary["executor"] == "real"
     df = pd.read_parquet(out / "requests.parquet")
     assert len(df) == 3 and all(t.strip() for t in df["output_text"])
     # Capitals and sums: short answers that end at the model's own EOS, before the cap.

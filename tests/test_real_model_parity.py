@@ -12,6 +12,7 @@ two candidates within float32 rounding of each other may swap.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -51,6 +52,16 @@ def workload() -> list[Request]:
     w = PromptsWorkload(num_requests=NUM_REQUESTS, request_rate=math.inf,
                         tokenizer=str(CHECKPOINT), max_tokens=MAX_TOKENS, seed=0)
     return list(prompts_stream(w))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """One torch thread for this module: on a small shared CPU more threads mostly wait for
+    each other (a decode step of this model took 20x longer with 2 threads under load)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -95,7 +95,7 @@ class Planner:
 SMALL_PREFILL_TOKENS = (8, 16, 32, 64, 128, 256)
 SMALL_PREFILL_PREFIX = (0, 32, 128)
 SMALL_PREFILL_BATCH = ((2, 40), (4, 40), (8, 40), (4, 12))  # (prompts, tokens each)
-SMALL_DECODE_BATCH = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32)
+SMALL_DECODE_BATCH = (*range(1, 13), 16, 20, 24, 32)  # every small size: odd ones differ
 SMALL_DECODE_CONTEXT = (32, 96, 192)
 SMALL_MIXED = ((40, 2, 64), (40, 4, 64), (40, 8, 128), (80, 8, 96), (40, 16, 128),
                (120, 12, 160))

@@ -28,7 +28,7 @@ lock:
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q --upgrade pip
 	.lock-venv/bin/pip install -q torch==2.13.0 $(TORCH_PIP_ARGS)
-	.lock-venv/bin/pip install -q -e '.[dev]'
+	.lock-venv/bin/pip install -q -e '.[dev,model]'
 	.lock-venv/bin/python scripts/write_constraints.py .lock-venv/bin/python $(CONSTRAINTS)
 	rm -rf .lock-venv
 

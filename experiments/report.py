@@ -15,8 +15,10 @@ Hydra rewrites when a job starts; a folder without a complete, consistent result
 - `by_scheduler.csv` / `.md` when the sweep varies the scheduler and something else: one row
   per setting of the other parameters, each metric once per scheduler;
 - `headline.csv` / `.md` with `--columns`: just those metrics, per scheduler or per job;
-- figures: `latency_cdf.png`, `preemptions_vs_load.png`, `victims_vs_others.png`,
-  `kv_over_time.png`.
+- figures (PNG and PDF, `experiments.figures`), named after what they plot against what:
+  `latency_cdf_ttft_e2el`, `evictions_vs_<x>` and `victim_e2el_vs_<x>` (x: the load
+  parameter, e.g. `evictions_vs_load`; `_by_scheduler` when nothing but the scheduler
+  varies), `kv_use_vs_time`.
 The Hydra callback `experiments.callbacks.ComparisonCallback` calls `write_report` when a
 multirun ends.
 """
@@ -403,39 +405,71 @@ def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
     return numeric[0] if numeric else None
 
 
-def _series(jobs: Sequence[Job], params: Sequence[str]) -> list[Any]:
-    from experiments.figures import JobSeries
+def _series(jobs: Sequence[Job], params: Sequence[str], x: str | None) -> tuple[list[Any], str]:
+    """Each job's plotted series: a panel per setting of the parameters other than the
+    scheduler and `x`, a shade per value of `x`; and the note that explains the shades."""
+    from experiments.figures import JobSeries, param_label, shades, value_label
 
-    others = [p for p in params if p != "scheduler"]
-    return [JobSeries.from_tables(j.requests(), j.steps(), j.scheduler,
-                                  _label(j, others) if others else j.scheduler,
-                                  int(j.summary.get("kv_capacity_tokens") or 1))
-            for j in jobs if j.summary.get("status") == "ok"]  # only verified results
+    others = [p for p in params if p not in ("scheduler", x)]
+    tone = shades([j.overrides.get(x) for j in jobs]) if x else {}
+    out = []
+    for j in jobs:
+        if j.summary.get("status") != "ok":  # only verified results have records
+            continue
+        panel = ", ".join(value_label(p, j.overrides.get(p, "-")) for p in others)
+        label = value_label(x, j.overrides.get(x, "-")) if x else ""
+        out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
+                                         int(j.summary.get("kv_capacity_tokens") or 1),
+                                         panel, tone.get(j.overrides.get(x), 1.0)))
+    note = ""
+    if x and len(tone) > 1:
+        lo, hi = min(tone, key=tone.__getitem__), max(tone, key=tone.__getitem__)
+        note = f"light to dark: {param_label(x)} {lo} to {hi}"
+    return out, note
+
+
+EVICTION_METRICS = (
+    ("preemptions_per_1k_requests", "evictions per 1,000 requests", 1.0, "no data"),
+    ("preempted_request_share", "requests evicted (%)", 100.0, "no data"),
+    ("recomputed_token_share", "prefill recomputed (%)", 100.0, "no data"),
+    ("prefix_recovery_on_resume", "prefix recovered on resume (%)", 100.0,
+     "no evictions: nothing resumed"),
+)
 
 
 def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
                   out: Path, load_param: str | None = None, title: str = "") -> dict[str, Path]:
-    """The sweep's four figures (see the module docstring)."""
-    from experiments.figures import kv_over_time, latency_cdfs, metric_vs_load, victims_vs_others
+    """The sweep's four figures, named after what they plot against what: the latency CDFs
+    (`latency_cdf_ttft_e2el`), evictions and recompute against the load parameter
+    (`evictions_vs_<x>`), victims' and others' E2E latency (`victim_e2el_vs_<x>`) and KV
+    pool use over simulated time (`kv_use_vs_time`); PNG and PDF each."""
+    from experiments.figures import (
+        Metric,
+        figure_stem,
+        kv_use_over_time,
+        latency_cdfs,
+        metric_vs_load,
+        param_label,
+        victims_vs_others,
+    )
 
     frame = _verified_rows(frame)
     x = load_param or pick_load_param(params, frame)
-    others = [p for p in params if p not in ("scheduler", x)]
-    series = ["scheduler", *others]
-    js = _series(jobs, params)
-    paths = {
-        "latency_cdf": latency_cdfs(js, out / "latency_cdf.png", title),
-        "preemptions_vs_load": metric_vs_load(
-            frame, x, [("preemptions_per_1k_requests", "evictions per 1,000 requests"),
-                       ("preempted_request_share", "share of requests evicted"),
-                       ("recomputed_token_share", "recomputed share of prefill"),
-                       ("prefix_recovery_on_resume", "prefix recovery on resume")],
-            out / "preemptions_vs_load.png", series, title),
-        "victims_vs_others": victims_vs_others(frame, x, out / "victims_vs_others.png",
-                                               series, title),
-        "kv_over_time": kv_over_time(js, out / "kv_over_time.png", title),
+    series = ["scheduler", *[p for p in params if p not in ("scheduler", x)]]
+    js, note = _series(jobs, params, x)
+    against = f" vs {param_label(x)}" if x else ""
+    ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
+    return {
+        "latency_cdf_ttft_e2el": latency_cdfs(js, out / "latency_cdf_ttft_e2el.png",
+                                              shade_note=note),
+        ev: metric_vs_load(frame, x, [Metric(*m) for m in EVICTION_METRICS], out / f"{ev}.png",
+                           series, title="Evictions (preempted or retracted) and recompute"
+                           + against),
+        vic: victims_vs_others(frame, x, out / f"{vic}.png", series,
+                               title="E2E latency: victims and other requests"
+                               + against),
+        "kv_use_vs_time": kv_use_over_time(js, out / "kv_use_vs_time.png", shade_note=note),
     }
-    return paths
 
 
 def headline(frame: pd.DataFrame, params: Sequence[str], columns: Sequence[str]
@@ -501,6 +535,7 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
     if figures:
         for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
             paths[f"{k}.png"] = p
+            paths[f"{k}.pdf"] = p.with_suffix(".pdf")
     return paths
 
 

@@ -329,14 +329,14 @@ def _log_wandb(cfg: DictConfig, logger: dict[str, Any], summary: dict[str, Any],
 
 def _job_figures(summary: dict[str, Any], requests: Any, steps: Any, out: Path
                  ) -> dict[str, Path]:
-    """This job's latency CDF and KV use over time (for its W&B run)."""
-    from experiments.figures import JobSeries, kv_over_time, latency_cdfs
+    """This job's latency CDFs and KV pool use over time (for its W&B run)."""
+    from experiments.figures import JobSeries, kv_use_over_time, latency_cdfs
 
     sched = str(summary["scheduler"])
-    series = [JobSeries.from_tables(requests, steps, sched, sched,
+    series = [JobSeries.from_tables(requests, steps, sched, "",
                                     int(summary["kv_capacity_tokens"]))]
-    return {"latency_cdf": latency_cdfs(series, out / "latency_cdf.png"),
-            "kv_over_time": kv_over_time(series, out / "kv_over_time.png")}
+    return {"latency_cdf_ttft_e2el": latency_cdfs(series, out / "latency_cdf_ttft_e2el.png"),
+            "kv_use_vs_time": kv_use_over_time(series, out / "kv_use_vs_time.png")}
 
 
 def _fmt(v: Any) -> str:

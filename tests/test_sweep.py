@@ -54,8 +54,10 @@ def test_default_multirun_compares_both_schedulers_and_logs_wandb(tmp_path: Path
     side = (sweep / "side_by_side.md").read_text()
     assert "| metric | vllm | sglang |" in side and "Share of requests evicted" in side
     assert "Median TTFT (ms)" in proc.stdout and "P99 E2EL (ms)" in proc.stdout
-    for fig in ("latency_cdf", "preemptions_vs_load", "victims_vs_others", "kv_over_time"):
+    for fig in ("latency_cdf_ttft_e2el", "evictions_by_scheduler", "victim_e2el_by_scheduler",
+                "kv_use_vs_time"):
         assert (sweep / f"{fig}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (sweep / f"{fig}.pdf").read_bytes()[:5] == b"%PDF-"
     # one offline W&B run per job, in the job folder, grouped by the sweep
     for job, sched in ((0, "vllm"), (1, "sglang")):
         runs = offline_runs(sweep / str(job))

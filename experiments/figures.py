@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ VALUE_LABELS = {
 # PDF font subsetting logs every table it drops at INFO (Hydra's job logging shows INFO)
 logging.getLogger("fontTools").setLevel(logging.WARNING)
 
-_RC = {
+_RC: dict[str, Any] = {
     "font.size": 7.5, "axes.labelsize": 7.5, "axes.titlesize": 8, "legend.fontsize": 6.5,
     "xtick.labelsize": 6.5, "ytick.labelsize": 6.5, "lines.linewidth": 1.2,
     "lines.markersize": 3.5, "axes.spines.top": False, "axes.spines.right": False,
@@ -522,10 +522,8 @@ def shades(values: Sequence[Any]) -> dict[Any, float]:
     """Each distinct value's shade (0 light .. 1 dark) in ascending order (numbers) or in
     order of appearance."""
     distinct = list(dict.fromkeys(values))
-    try:
+    with suppress(TypeError, ValueError):
         distinct.sort(key=float)
-    except (TypeError, ValueError):
-        pass
     n = len(distinct)
     return {v: (1.0 if n == 1 else 0.15 + 0.85 * k / (n - 1)) for k, v in enumerate(distinct)}
 

@@ -420,7 +420,7 @@ def _series(jobs: Sequence[Job], params: Sequence[str], x: str | None) -> tuple[
         label = value_label(x, j.overrides.get(x, "-")) if x else ""
         out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
                                          int(j.summary.get("kv_capacity_tokens") or 1),
-                                         panel, tone.get(j.overrides.get(x), 1.0)))
+                                         panel, tone.get(j.overrides.get(x or ""), 1.0)))
     note = ""
     if x and len(tone) > 1:
         lo, hi = min(tone, key=tone.__getitem__), max(tone, key=tone.__getitem__)

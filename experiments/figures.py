@@ -81,7 +81,7 @@ VALUE_LABELS = {
 # PDF font subsetting logs every table it drops at INFO (Hydra's job logging shows INFO)
 logging.getLogger("fontTools").setLevel(logging.WARNING)
 
-_RC: dict[str, Any] = {
+_RC: Any = {
     "font.size": 7.5, "axes.labelsize": 7.5, "axes.titlesize": 8, "legend.fontsize": 6.5,
     "xtick.labelsize": 6.5, "ytick.labelsize": 6.5, "lines.linewidth": 1.2,
     "lines.markersize": 3.5, "axes.spines.top": False, "axes.spines.right": False,

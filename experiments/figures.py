@@ -139,10 +139,11 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 10000 else f"{x:g}"
 
 
-def _save(fig: Any, path: str | Path) -> Path:
-    """Write `path` (PNG) and the same figure as PDF beside it; close the figure."""
+def _save(fig: Any, path: str | Path, pdf: bool = True) -> Path:
+    """Write `path` (PNG) and, with `pdf`, the same figure as PDF beside it; close it."""
     p = Path(path)
-    for target, fmt in ((p, "png"), (p.with_suffix(".pdf"), "pdf")):
+    formats = ((p, "png"), (p.with_suffix(".pdf"), "pdf")) if pdf else ((p, "png"),)
+    for target, fmt in formats:
         with atomic_path(target) as tmp:
             fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.02)
     plt.close(fig)
@@ -241,7 +242,7 @@ def _job_handles(jobs: Sequence[JobSeries], shade_note: str) -> list[Any]:
 
 
 def latency_cdfs(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
-                 shade_note: str = "") -> Path:
+                 shade_note: str = "", pdf: bool = True) -> Path:
     """TTFT (left) and E2E latency (right) CDFs in seconds on log-x axes, every scheduler on
     the same axes (its colour; shades for its jobs at several loads, explained by
     `shade_note`), a row of panels per `panel`."""
@@ -274,7 +275,7 @@ def latency_cdfs(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
                                   "share of requests")
         _fig_legend(fig, _job_handles(jobs, shade_note), shade_note if len(jobs) > 4 else "")
         fig.suptitle(title or "Latency per completed request (CDF)")
-        return _save(fig, path)
+        return _save(fig, path, pdf)
 
 
 # --- sweep metrics against a parameter ------------------------------------------------------
@@ -462,7 +463,7 @@ def _stairs(kv: Binned, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
-                     shade_note: str = "") -> Path:
+                     shade_note: str = "", pdf: bool = True) -> Path:
     """KV pool used (% of capacity) against simulated time, binned: a column of panels per
     scheduler, a row per `panel`. With one job in a panel: the mean per bin (line), the max
     per bin (band) and idle time (grey, no step ran); with several: the mean per job, shades
@@ -515,7 +516,7 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                               label=lab.rpartition(": ")[2] or "job") for t, lab in labels]
             _fig_legend(fig, handles, title or shade_note)
         fig.suptitle(title or "KV pool use over simulated time")
-        return _save(fig, path)
+        return _save(fig, path, pdf)
 
 
 def shades(values: Sequence[Any]) -> dict[Any, float]:

@@ -40,7 +40,8 @@ class ComparisonCallback(Callback):
 
         params = OmegaConf.to_container(config.hydra.sweeper.get("params") or {})
         swept = swept_keys(list(config.hydra.overrides.task),
-                           params if isinstance(params, dict) else None)
+                           {str(k): v for k, v in params.items()}
+                           if isinstance(params, dict) else None)
         info = SweepInfo.new(str(config.get("name", "sweep")), swept)
         write_sweep_info(Path(str(config.hydra.sweep.dir)), info)
 

@@ -2,6 +2,7 @@
 
     python -m experiments.report SWEEP_DIR [--out DIR] [--load-param KEY] [--no-figures]
                                  [--title TEXT] [--columns METRIC,METRIC,...]
+    python -m experiments.report SWEEP_A SWEEP_B [--out DIR] [--labels A,B]   # compare two
 
 reads every job folder of a sweep (its verified result, `job_folder.verify_folder`: a job is
 labelled by the overrides recorded in its own summary, never by `.hydra/overrides.yaml`, which
@@ -540,9 +541,11 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: write the report of a sweep folder."""
+    """Command line: write the report of a sweep folder, or compare two
+    (`experiments.compare`)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sweep_dir")
+    ap.add_argument("sweep_dir", nargs="+", metavar="SWEEP_DIR",
+                    help="a sweep folder; with two, compare them (jobs matched by parameters)")
     ap.add_argument("--out", default=None, help="folder for tables and figures")
     ap.add_argument("--load-param", default=None,
                     help="override key on the figures' x axis (default: the sweep's "
@@ -551,11 +554,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--no-figures", action="store_true")
     ap.add_argument("--columns", default="",
                     help="comma-separated metrics for headline.csv/.md")
+    ap.add_argument("--labels", default="",
+                    help="with two sweeps: their names in tables and legends, A,B")
     args = ap.parse_args(argv)
+    if len(args.sweep_dir) > 2:
+        ap.error(f"give one sweep folder, or two to compare; got {len(args.sweep_dir)}")
+    if len(args.sweep_dir) == 2:
+        from experiments.compare import write_comparison
+
+        labels = tuple(args.labels.split(",")) if args.labels else None
+        if labels is not None and len(labels) != 2:
+            ap.error(f"--labels={args.labels!r}: give two names, A,B")
+        paths = write_comparison(args.sweep_dir[0], args.sweep_dir[1], args.out, labels,
+                                 args.load_param, not args.no_figures)
+        print("\n".join(paths["compare.md"].read_text().split("\n\n")[:2]).lstrip("# "))
+        print("wrote " + ", ".join(str(p) for p in paths.values()))
+        return
+    sweep_dir = args.sweep_dir[0]
     columns = [c for c in args.columns.split(",") if c]
-    paths = write_report(args.sweep_dir, args.out, not args.no_figures, args.load_param,
+    paths = write_report(sweep_dir, args.out, not args.no_figures, args.load_param,
                          args.title, columns or None)
-    print(terminal_summary(load_sweep(args.sweep_dir)))
+    print(terminal_summary(load_sweep(sweep_dir)))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 

@@ -511,7 +511,18 @@ def _run_job(cfg: DictConfig, out_dir: str, tag: str, group: str | None,
 def cli() -> None:
     """`main` after the command-line checks that Hydra cannot make (a scheduler key that a
     scheduler of the sweep lacks), with a hint after a failed override: the valid keys where
-    a key was unknown."""
+    a key was unknown. `--help` adds the config reference (docs/CONFIG.md) after Hydra's
+    help."""
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        try:
+            main()  # Hydra's help: its flags, the config groups, the composed config
+        except SystemExit as e:
+            if e.code not in (0, None):
+                raise
+        from experiments.config_docs import generate
+
+        print("\n" + generate())
+        return
     problem = explain_scheduler_keys(sys.argv[1:], CONF_DIR)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

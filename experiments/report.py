@@ -58,14 +58,14 @@ COMPARISON_METRICS: tuple[str, ...] = (
 )
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
-    ("max_model_len", "Context length (max_model_len)"),
-    ("offered", "Requests offered"),
-    ("completed", "Completed"),
-    ("rejected_too_long", "Rejected: too long"),
-    ("rejected_kv_pool", "Rejected: larger than the KV pool"),
-    ("rejected_other", "Rejected: other reasons"),
-    ("rejected_503", "Rejected: 503 (admission)"),
-    ("aborted", "Aborted"),
+    ("max_model_len", "Context length, max_model_len (tokens)"),
+    ("offered", "Requests offered (count)"),
+    ("completed", "Completed (count)"),
+    ("rejected_too_long", "Rejected: too long (count)"),
+    ("rejected_kv_pool", "Rejected: larger than the KV pool (count)"),
+    ("rejected_other", "Rejected: other reasons (count)"),
+    ("rejected_503", "Rejected: 503, admission (count)"),
+    ("aborted", "Aborted (count)"),
     ("request_throughput", "Request throughput (req/s)"),
     ("output_throughput", "Output token throughput (tok/s)"),
     ("median_ttft_ms", "Median TTFT (ms)"),
@@ -74,12 +74,45 @@ SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
     ("p99_tpot_ms", "P99 TPOT (ms)"),
     ("median_e2el_ms", "Median E2EL (ms)"),
     ("p99_e2el_ms", "P99 E2EL (ms)"),
-    ("num_preemptions", "Preemptions / retractions"),
-    ("preempted_request_share", "Share of requests evicted"),
+    ("num_preemptions", "Evictions (count)"),
+    ("preempted_request_share", "Requests evicted (%)"),
     ("median_e2el_victim_ms", "Victims' median E2EL (ms)"),
     ("median_e2el_nonvictim_ms", "Others' median E2EL (ms)"),
-    ("recomputed_token_share", "Recomputed share of prefill"),
+    ("recomputed_token_share", "Prefill recomputed (%)"),
 )
+# One word for one thing, defined once under every table that uses it.
+EVICTION_NOTE = ("evicted: preempted (vLLM) or retracted (SGLang), KV freed and the request "
+                 "sent back to wait; victims: requests evicted at least once; n/a: no data "
+                 "(e.g. no victims)")
+# Metrics shown as percentages (their labels say %); the rest by unit, see `format_metric`.
+PERCENT_METRICS = frozenset({
+    "preempted_request_share", "recomputed_token_share", "rejection_rate_503",
+    "slo_attainment", "prefix_cache_hit_rate", "prefix_recovery_on_resume",
+    "swap_time_share", "mean_kv_utilization",
+})
+
+
+def format_metric(key: str, value: Any) -> str:
+    """One number format per kind of metric: n/a for no data; shares in % with two
+    decimals; latencies (ms) with one decimal; throughputs in tok/s without decimals and in
+    req/s with two; counts as integers with thousands separators."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return str(value)
+    x = float(value)
+    if key in PERCENT_METRICS:
+        return f"{100.0 * x:.1f}"
+    if key.endswith("_ms"):
+        return f"{x:,.1f}"
+    if key == "output_throughput" or key.endswith("tokens_per_s"):
+        return f"{x:,.0f}"
+    if "throughput" in key or "goodput" in key:
+        return f"{x:,.2f}"
+    if isinstance(value, int | np.integer) or x.is_integer():
+        return f"{int(x):,}"
+    return _fmt(x)
+
 
 PIVOT_METRICS: tuple[str, ...] = (
     "num_preemptions", "preempted_request_share", "recomputed_token_share",
@@ -221,13 +254,15 @@ def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
 
 
 def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None) -> pd.DataFrame:
-    """`SIDE_BY_SIDE` metrics as rows, one column per job named by its varied parameters."""
+    """`SIDE_BY_SIDE` metrics as rows, one column per job named by its varied parameters,
+    each value formatted for its metric (`format_metric`)."""
     params = list(varied_params(jobs) if params is None else params)
     rows = list(SIDE_BY_SIDE)
     if any(j.summary.get("status", "ok") != "ok" for j in jobs):
         rows[:0] = [("status", "Status"), ("error", "Error")]
-    data = {_label(j, params): [j.summary.get(k, "ok" if k == "status" else None)
-                                for k, _ in rows] for j in jobs}
+    data = {_label(j, params): [format_metric(k, j.summary.get(k, "ok" if k == "status"
+                                                             else None)) for k, _ in rows]
+            for j in jobs}
     return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
 
 
@@ -354,10 +389,10 @@ def text_table(df: pd.DataFrame) -> str:
 
 TERMINAL_PIVOT: tuple[tuple[str, str], ...] = (
     ("num_preemptions", "evictions"),
-    ("preempted_request_share", "evicted"),
-    ("median_e2el_ms", "E2EL p50"),
-    ("p99_e2el_ms", "E2EL p99"),
-    ("median_e2el_victim_ms", "victims p50"),
+    ("preempted_request_share", "evicted (%)"),
+    ("median_e2el_ms", "E2EL p50 (ms)"),
+    ("p99_e2el_ms", "E2EL p99 (ms)"),
+    ("median_e2el_victim_ms", "victims p50 (ms)"),
 )
 MAX_SIDE_BY_SIDE_COLUMNS = 6
 
@@ -365,7 +400,7 @@ MAX_SIDE_BY_SIDE_COLUMNS = 6
 def terminal_summary(jobs: Sequence[Job]) -> str:
     """What the callback prints: the side-by-side table, or, for a sweep with more jobs
     than fit a terminal, one row per setting of the other parameters with a few metrics
-    per scheduler."""
+    per scheduler; then what "evicted" means."""
     params = varied_params(jobs)
     warn = "".join(f"WARNING: {w}\n" for w in completion_warnings(jobs, params))
     return warn + _terminal_table(jobs, params)
@@ -373,26 +408,39 @@ def terminal_summary(jobs: Sequence[Job]) -> str:
 
 def _terminal_table(jobs: Sequence[Job], params: Sequence[str]) -> str:
     if len(jobs) <= MAX_SIDE_BY_SIDE_COLUMNS:
-        return text_table(side_by_side(jobs, params))
+        return text_table(side_by_side(jobs, params)) + "\n" + _note()
     frame = comparison_frame(jobs, params)
     pivot = scheduler_pivot(frame, params, [m for m, _ in TERMINAL_PIVOT])
     if pivot is None:
         cols = ["job", *params, "status", "error", *[m for m, _ in TERMINAL_PIVOT]]
-        table = frame[[c for c in cols if c in frame]]
+        table = frame[[c for c in cols if c in frame]].copy()
+        metric_of = {c: c for c in table.columns}
     else:
         table = pivot
-        short = dict(TERMINAL_PIVOT)
-        table.columns = [_short(str(c), short) for c in table.columns]
+        metric_of = {c: str(c).partition("[")[0] for c in table.columns}
+    for col in table.columns:
+        if metric_of.get(col) in dict(TERMINAL_PIVOT):
+            table[col] = [format_metric(metric_of[col], v) for v in table[col]]
+        elif col in params:
+            table[col] = [f"{v:g}" if isinstance(v, float) else str(v) for v in table[col]]
+    short = dict(TERMINAL_PIVOT)
+    table.columns = [_short(str(c), short) for c in table.columns]
     table = table.set_index(table.columns[0])
     table.index.name = str(table.index.name).split(".")[-1]
-    return text_table(table)
+    return text_table(table) + "\n" + _note()
+
+
+def _note() -> str:
+    import textwrap
+
+    return textwrap.fill(EVICTION_NOTE + ".", width=96)
 
 
 def _short(col: str, names: dict[str, str]) -> str:
     metric, _, sched = col.partition("[")
     if metric in names and sched:
         return f"{sched.rstrip(']')} {names[metric]}"
-    return col.split(".")[-1]
+    return names.get(col, col.split(".")[-1])
 
 
 def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
@@ -518,8 +566,8 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
     paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")
     sbs = side_by_side(jobs, params)
     sbs.index.name = "metric"
-    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True),
-                                          out / "side_by_side.md")
+    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True) + "\n"
+                                          + EVICTION_NOTE + ".\n", out / "side_by_side.md")
     pivot = scheduler_pivot(frame, params)
     if pivot is not None:
         paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),

@@ -378,10 +378,10 @@ _TABLE: list[tuple[str, list[tuple[str, str]]]] = [
     ("End-to-end Latency", [("Mean E2EL (ms)", "mean_e2el_ms"),
                             ("Median E2EL (ms)", "median_e2el_ms"),
                             ("P99 E2EL (ms)", "p99_e2el_ms")]),
-    ("Preemption and recompute", [
-        ("Preemptions", "num_preemptions"), ("Preemptions per 1k requests",
-                                             "preemptions_per_1k_requests"),
-        ("Share of requests preempted", "preempted_request_share"),
+    ("Evictions (preempted / retracted) and recompute", [
+        ("Evictions", "num_preemptions"), ("Evictions per 1k requests",
+                                           "preemptions_per_1k_requests"),
+        ("Share of requests evicted", "preempted_request_share"),
         ("Median E2EL victims/others (ms)", "_victim_e2el"),
         ("Recomputed tokens", "recomputed_tokens"),
         ("Recomputed share of prefill", "recomputed_token_share"),
@@ -415,6 +415,7 @@ def format_summary(s: Mapping[str, Any]) -> str:
             lines.append(f"{label}:" + v.rjust(max(50 - len(label) - 1, len(v) + 1)))
     lines.append("=" * 50)
     lines.extend(f"WARNING: {w}" for w in s.get("warnings") or ())
+    lines.append("Evicted: preempted (vLLM) or retracted (SGLang); victims: evicted at least once.")
     return "\n".join(lines)
 
 

@@ -47,6 +47,7 @@ def swept_keys(task_overrides: Iterable[str], sweeper_params: Mapping[str, Any] 
 
     keys = [str(k) for k in (sweeper_params or {})]
     parser = OverridesParser.create()
+    fixed = set()
     for arg in task_overrides:
         try:
             ov = parser.parse_override(str(arg))
@@ -54,7 +55,9 @@ def swept_keys(task_overrides: Iterable[str], sweeper_params: Mapping[str, Any] 
             continue
         if ov.is_sweep_override():
             keys.append(ov.key_or_group)
-    return list(dict.fromkeys(keys))
+        else:
+            fixed.add(ov.key_or_group)  # a single value on the command line wins
+    return [k for k in dict.fromkeys(keys) if k not in fixed]
 
 
 def write_sweep_info(sweep_dir: str | Path, info: SweepInfo) -> Path:

@@ -290,14 +290,16 @@ def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
 
 
 def run_name(overrides: Sequence[str], swept: Sequence[str], fallback: str) -> str:
-    """A job's W&B run name from its swept values only: a group choice by its value
+    """A job's W&B run name from its swept values only: a config group choice by its value
     (`sglang`), any other key as `last_part=value` (`rate_scale=2`)."""
+    from experiments.config import GROUPS
+
     parts = []
     for item in overrides:
         key, sep, value = str(item).partition("=")
         key = key.lstrip("+~")
         if sep and key in swept:
-            parts.append(value if "." not in key else f"{key.split('.')[-1]}={value}")
+            parts.append(value if key in GROUPS else f"{key.split('.')[-1]}={value}")
     return " ".join(parts) or fallback
 
 

@@ -136,8 +136,8 @@ def test_report_counts_requests_and_warns_when_completed_sets_differ(tmp_path: P
     side = paths["side_by_side.md"].read_text()
     warning = side.index("> **Warning**: the schedulers completed different requests")
     assert warning < side.index("| metric |")
-    assert f"| Rejected: too long | {v['rejected_too_long']} | 0 |" in side
-    assert "| Requests offered | 12 | 12 |" in side
+    assert f"| Rejected: too long (count) | {v['rejected_too_long']} | 0 |" in side
+    assert "| Requests offered (count) | 12 | 12 |" in side
     assert "completed by only some" in side
     assert terminal_summary(load_sweep(sweep)).startswith("WARNING: the schedulers completed")
 

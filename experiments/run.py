@@ -509,11 +509,22 @@ def _run_job(cfg: DictConfig, out_dir: str, tag: str, group: str | None,
         return summary
 
 
+def require_conf_dir(conf_dir: str | Path) -> None:
+    """Refuse to start, in one sentence, when the Hydra configs are not beside the package
+    (a non-editable `pip install .` copies the code but not conf/)."""
+    if not (Path(conf_dir) / "config.yaml").is_file():
+        raise SystemExit(f"schedbench: the Hydra configs are not installed with the package "
+                         f"(no {Path(conf_dir) / 'config.yaml'}); run it from a clone of the "
+                         "repository, installed with `pip install -e .` (what `make demo` "
+                         "does).")
+
+
 def cli() -> None:
     """`main` after the command-line checks that Hydra cannot make (a scheduler key that a
     scheduler of the sweep lacks), with a hint after a failed override: the valid keys where
     a key was unknown. `--help` adds the config reference (docs/CONFIG.md) after Hydra's
-    help."""
+    help. The console command `schedbench-run` (pyproject.toml) runs this."""
+    require_conf_dir(CONF_DIR)
     if {"--help", "-h"} & set(sys.argv[1:]):
         try:
             main()  # Hydra's help: its flags, the config groups, the composed config

@@ -197,8 +197,9 @@ class JobSeries:
             return np.asarray(requests.column(name).to_numpy(), dtype=float)[done]
 
         arrival = col("arrival_time")
+        bins = max(1, min(num_bins, steps.num_rows))  # no finer than the steps
         return cls(scheduler, label, col("first_token_time") - arrival,
-                   col("finish_time") - arrival, bin_steps(steps, num_bins),
+                   col("finish_time") - arrival, bin_steps(steps, bins),
                    kv_capacity_tokens, panel, shade)
 
     @property

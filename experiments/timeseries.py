@@ -68,7 +68,9 @@ def bin_steps(steps: pa.Table, num_bins: int = 300, start: float | None = None,
               end: float | None = None) -> Binned:
     """Bin `steps` (the `engines.records` step schema) on simulated time into `num_bins` equal
     bins from `start` (default: the first step's start) to `end` (default: the last step's
-    end). A step counts in the bin where it starts; gauges are weighted by step duration."""
+    end). A step's values count in the bin where it starts (weighted by its duration); a bin
+    that a long step runs through without starting there shows that step's values. Steps are
+    expected in start order (as recorded)."""
     if num_bins < 1:
         raise ValueError(f"bin_steps: num_bins={num_bins}: must be >= 1")
     t0 = _column(steps, "start_time")
@@ -84,9 +86,12 @@ def bin_steps(steps: pa.Table, num_bins: int = 300, start: float | None = None,
     hi = max(hi, lo + 1e-9)
     edges = np.linspace(lo, hi, num_bins + 1)
     idx = np.clip(((t0 - lo) / (hi - lo) * num_bins).astype(np.int64), 0, num_bins - 1)
-    busy = np.bincount(idx, weights=dur, minlength=num_bins)
+    busy = np.diff(_busy_until(t0, dur, edges))
     steps_per_bin = np.bincount(idx, minlength=num_bins)
-    ran = steps_per_bin > 0
+    # a bin in which no step starts but one runs through shows that step's values
+    through = (steps_per_bin == 0) & (busy > 0)
+    covering = np.clip(np.searchsorted(t0, edges[:-1], side="right") - 1, 0, t0.size - 1)
+    ran = (steps_per_bin > 0) | through
     # a zero-duration step still shows its bin as busy; weigh such bins equally
     weight = np.where(busy[idx] > 0, dur, 1.0)
     wsum = np.bincount(idx, weights=weight, minlength=num_bins)
@@ -98,6 +103,8 @@ def bin_steps(steps: pa.Table, num_bins: int = 300, start: float | None = None,
             m = np.bincount(idx, weights=v * weight, minlength=num_bins) / wsum
         mx = np.full(num_bins, -np.inf)
         np.maximum.at(mx, idx, v)
+        m = np.where(through, v[covering], m)
+        mx = np.where(through, v[covering], mx)
         mean[name] = np.where(ran, m, np.nan)
         peak[name] = np.where(ran, mx, np.nan)
     total = {name: np.bincount(idx, weights=_column(steps, col), minlength=num_bins)
@@ -105,3 +112,17 @@ def bin_steps(steps: pa.Table, num_bins: int = 300, start: float | None = None,
     width = (hi - lo) / num_bins
     share = np.where(ran, np.maximum(busy / width, 1e-12), 0.0)
     return Binned(edges, np.minimum(share, 1.0), mean, peak, total)
+
+
+def _busy_until(start: np.ndarray, dur: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Step time before each edge. Steps run one after another (sorted, not overlapping),
+    so at most one step straddles an edge: the whole steps that ended, plus its part."""
+    order = np.argsort(start, kind="stable")
+    s, d = start[order], dur[order]
+    end = s + d
+    done = np.concatenate([[0.0], np.cumsum(d)])
+    k = np.searchsorted(end, edges, side="right")  # steps ended by each edge
+    part = np.zeros(edges.size)
+    open_ = k < s.size
+    part[open_] = np.clip(edges[open_] - s[k[open_]], 0.0, d[k[open_]])
+    return done[k] + part

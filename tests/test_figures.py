@@ -85,3 +85,11 @@ def test_figures_with_missing_data_are_still_written(tmp_path: Path) -> None:
                    tmp_path / "m.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "cdf.pdf", "cdf.png", "m.pdf", "m.png", "v.pdf", "v.png"]
+
+
+def test_a_long_step_keeps_the_bins_it_runs_through_busy() -> None:
+    # a 5-second prefill from 0 s, then a short step at 8 s: bins of one second
+    b = bin_steps(steps_table([0.0, 8.0], [5.0, 1.0], [100, 30]), num_bins=9)
+    assert b.idle.tolist() == [False] * 5 + [True] * 3 + [False]
+    assert b.mean["kv_used_tokens"][:5].tolist() == [100.0] * 5
+    assert b.busy_share[:5].tolist() == pytest.approx([1.0] * 5)

@@ -35,3 +35,31 @@ def test_two_job_sweep_through_the_submitit_local_launcher(tmp_path: Path) -> No
     assert "[job 1 | sglang] sglang: 12 done" in printed
     for job in ("0", "1"):
         assert json.loads((sweep / job / "summary.json").read_text())["status"] == "ok"
+
+
+def test_the_readme_slurm_command_composes() -> None:
+    import re
+    import shlex
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from experiments.config import register_configs
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```\n(python -m experiments.run -m experiment=preemption "
+                      r"hydra/launcher=slurm.*?)```", text, re.S)
+    assert block, "README: the Slurm command is missing"
+    args = shlex.split(block.group(1).replace("\\\n", " "))[4:]
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+            cfg = compose(config_name="config", overrides=args, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.partition, launcher.account, launcher.timeout_min) == ("cpu", "my_project",
+                                                                           30)
+    assert list(launcher.setup) == ["source .venv/bin/activate"]

@@ -512,10 +512,10 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
             _fig_legend(fig, handles)
         else:
             labels = sorted(dict.fromkeys((j.shade, j.label) for j in jobs))
-            title = labels[0][1].rpartition(": ")[0] if labels else ""
+            heading = labels[0][1].rpartition(": ")[0] if labels else ""
             handles = [Line2D([], [], color=shade("#404040", t),
                               label=lab.rpartition(": ")[2] or "job") for t, lab in labels]
-            _fig_legend(fig, handles, title or shade_note)
+            _fig_legend(fig, handles, heading or shade_note)
         fig.suptitle(title or "KV pool use over simulated time")
         return _save(fig, path, pdf)
 

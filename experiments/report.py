@@ -454,6 +454,16 @@ def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
     return numeric[0] if numeric else None
 
 
+def _busiest(frame: pd.DataFrame, x: str | None) -> Any:
+    """The value of `x` at which the sweep evicts most (all jobs together; the largest value
+    when nothing is evicted): where KV use over time says most."""
+    if not x or x not in frame or frame[x].nunique() < 2:
+        return None
+    evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0)
+    total = evictions.groupby(frame[x]).sum()
+    return total.idxmax() if total.max() > 0 else max(total.index)
+
+
 def _series(jobs: Sequence[Job], params: Sequence[str], x: str | None) -> tuple[list[Any], str]:
     """Each job's plotted series: a panel per setting of the parameters other than the
     scheduler and `x`, a shade per value of `x`; and the note that explains the shades."""
@@ -491,7 +501,9 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     """The sweep's four figures, named after what they plot against what: the latency CDFs
     (`latency_cdf_ttft_e2el`), evictions and recompute against the load parameter
     (`evictions_vs_<x>`), victims' and others' E2E latency (`victim_e2el_vs_<x>`) and KV
-    pool use over simulated time (`kv_use_vs_time`); PNG and PDF each."""
+    pool use over simulated time (`kv_use_vs_time`: at the value of x where the sweep evicts
+    most, one line per job, so the band of maxima and the idle time stay readable); PNG and
+    PDF each."""
     from experiments.figures import (
         Metric,
         figure_stem,
@@ -499,6 +511,7 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
         latency_cdfs,
         metric_vs_load,
         param_label,
+        value_label,
         victims_vs_others,
     )
 
@@ -506,6 +519,11 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     x = load_param or pick_load_param(params, frame)
     series = ["scheduler", *[p for p in params if p not in ("scheduler", x)]]
     js, note = _series(jobs, params, x)
+    busiest = _busiest(frame, x)
+    at = value_label(x, busiest) if x and busiest is not None else ""
+    kv_jobs = [j for j in js if j.label == at] if at else js
+    kv_title = (f"KV pool use over simulated time at {param_label(x)} = "
+                f"{at.rpartition(': ')[2]} (most evictions)" if at else "")
     against = f" vs {param_label(x)}" if x else ""
     ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
     return {
@@ -517,7 +535,8 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
         vic: victims_vs_others(frame, x, out / f"{vic}.png", series,
                                title="E2E latency: victims and other requests"
                                + against),
-        "kv_use_vs_time": kv_use_over_time(js, out / "kv_use_vs_time.png", shade_note=note),
+        "kv_use_vs_time": kv_use_over_time(kv_jobs or js, out / "kv_use_vs_time.png",
+                                           kv_title, shade_note=note),
     }
 
 

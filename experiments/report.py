@@ -102,7 +102,7 @@ def format_metric(key: str, value: Any) -> str:
         return str(value)
     x = float(value)
     if key in PERCENT_METRICS:
-        return f"{100.0 * x:.1f}"
+        return f"{100.0 * x:.2f}"
     if key.endswith("_ms"):
         return f"{x:,.1f}"
     if key == "output_throughput" or key.endswith("tokens_per_s"):
@@ -360,12 +360,31 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _metric_of(column: str) -> str | None:
+    """The summary metric a table column holds (`p99_e2el_ms[vllm]` -> `p99_e2el_ms`)."""
+    base = column.partition("[")[0].strip()
+    return base if base in COMPARISON_METRICS or base in PERCENT_METRICS else None
+
+
+def _cell(column: str, v: Any) -> str:
+    metric = _metric_of(column)
+    if metric is not None:
+        return format_metric(metric, v)
+    if isinstance(v, float | np.floating) and math.isfinite(float(v)):
+        return f"{float(v):g}"  # a parameter value: as given
+    return _fmt(v)
+
+
 def markdown(df: pd.DataFrame, index: bool = False) -> str:
-    """A GitHub Markdown table of `df` (numbers rounded for reading)."""
-    cols = ([str(df.index.name or "")] if index else []) + [str(c) for c in df.columns]
+    """A GitHub Markdown table of `df`: metric columns formatted by `format_metric` (shares
+    in %, said in the header), other numbers as given, n/a for no data."""
+    names = [str(c) for c in df.columns]
+    heads = [f"{c} (%)" if _metric_of(c) in PERCENT_METRICS else c for c in names]
+    cols = ([str(df.index.name or "")] if index else []) + heads
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for idx, row in df.iterrows():
-        cells = ([str(idx)] if index else []) + [_fmt(v) for v in row.tolist()]
+        cells = ([str(idx)] if index else []) + [_cell(c, v) for c, v in
+                                                 zip(names, row.tolist(), strict=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

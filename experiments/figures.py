@@ -68,6 +68,11 @@ PARAM_LABELS = {
     "workload.max_requests": "requests",
     "workload.num_prefixes": "shared prefixes",
     "workload.prefix_len": "shared prefix (tokens)",
+    "scheduler.scheduler_reserve_full_isl": "full-prompt reservation",
+    "workload.share_prefixes": "shared prefixes",
+    "scheduler.enable_prefix_caching": "prefix caching",
+    "scheduler.preemption_mode": "preemption mode",
+    "scheduler.victim_policy": "victim policy",
 }
 # Display names of config values (legends, panel titles)
 VALUE_LABELS = {
@@ -122,6 +127,8 @@ def value_label(key: str, value: Any) -> str:
     """A config value for a legend or panel title: names for categories, key and number
     for numbers."""
     text = str(value)
+    if text.lower() in ("true", "false"):
+        return f"{param_label(key)} {'on' if text.lower() == 'true' else 'off'}"
     if key in ("scheduler", "workload") or not _is_number(value):
         return VALUE_LABELS.get(text, text)
     return f"{param_label(key)}: {_num(float(value))}"
@@ -324,17 +331,97 @@ def _series_name(keys: Sequence[str], values: Sequence[Any]) -> str:
     return ", ".join(value_label(k, v) for k, v in zip(keys, values, strict=True))
 
 
+def _levels(df: pd.DataFrame, key: str) -> list[str]:
+    """The distinct values of a column as text, numbers in ascending order."""
+    values = list(dict.fromkeys(df[key].astype(str)))
+    with suppress(TypeError, ValueError):
+        values.sort(key=float)
+    return values
+
+
+@dataclass(frozen=True)
+class _Encoding:
+    """How the series of a sweep are told apart besides the scheduler's colour: the first
+    other parameter by line style, the second by marker, the rest together by shade."""
+
+    style_key: str | None
+    marker_key: str | None
+    shade_keys: tuple[str, ...]
+    styles: dict[str, Any]
+    markers: dict[str, str]
+    tones: dict[tuple[str, ...], float]
+
+    @classmethod
+    def of(cls, df: pd.DataFrame, keys: Sequence[str], use_style: bool = True,
+           use_marker: bool = True) -> _Encoding:
+        keys = list(keys)
+        style_key = keys.pop(0) if keys and use_style else None
+        marker_key = keys.pop(0) if keys and use_marker else None
+        styles = {v: SERIES_STYLES[i % len(SERIES_STYLES)][0]
+                  for i, v in enumerate(_levels(df, style_key))} if style_key else {}
+        markers = {v: SERIES_STYLES[i % len(SERIES_STYLES)][1]
+                   for i, v in enumerate(_levels(df, marker_key))} if marker_key else {}
+        combos = list(dict.fromkeys(map(tuple, df[keys].astype(str).values.tolist()))) \
+            if keys else [()]
+        with suppress(TypeError, ValueError):
+            combos.sort(key=lambda c: tuple(float(v) for v in c))
+        tones = {c: (1.0 if len(combos) == 1 else 0.25 + 0.75 * i / (len(combos) - 1))
+                 for i, c in enumerate(combos)}
+        return cls(style_key, marker_key, tuple(keys), styles, markers, tones)
+
+    def key(self, row: Any) -> tuple[str, ...]:
+        """The series a row belongs to (besides the scheduler)."""
+        out = []
+        if self.style_key:
+            out.append(str(row[self.style_key]))
+        if self.marker_key:
+            out.append(str(row[self.marker_key]))
+        out.extend(str(row[k]) for k in self.shade_keys)
+        return tuple(out)
+
+    def draw(self, key: tuple[str, ...], color: str) -> dict[str, Any]:
+        """Line style, marker and colour of a series."""
+        i = 0
+        ls, marker = "-", "o"
+        if self.style_key:
+            ls, i = self.styles[key[0]], 1
+        if self.marker_key:
+            marker, i = self.markers[key[i]], i + 1
+        return {"ls": ls, "marker": marker, "color": shade(color, self.tones[key[i:]])}
+
+    def handles(self) -> list[Any]:
+        """Legend entries of every encoded parameter, in grey."""
+        out: list[Any] = []
+        if self.style_key and len(self.styles) > 1:
+            out += [Line2D([], [], color="0.3", ls=ls, label=value_label(self.style_key, v))
+                    for v, ls in self.styles.items()]
+        if self.marker_key and len(self.markers) > 1:
+            out += [Line2D([], [], color="0.3", ls="", marker=m,
+                           label=value_label(self.marker_key, v))
+                    for v, m in self.markers.items()]
+        if len(self.tones) > 1:
+            out += [Line2D([], [], color=shade("#404040", t),
+                           label=_series_name(self.shade_keys, c))
+                    for c, t in self.tones.items()]
+        return out
+
+
+def _scheduler_handles(scheds: Sequence[str]) -> list[Any]:
+    return [Line2D([], [], color=scheduler_color(s), lw=2.5, label=SCHEDULER_NAMES.get(s, s))
+            for s in scheds]
+
+
 def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[Metric],
                    path: str | Path, series: Sequence[str] = ("scheduler",),
                    title: str = "") -> Path:
-    """A panel per metric against `x`: colour per scheduler, line style and marker per
-    setting of the other `series` columns."""
+    """A panel per metric against `x`: colour per scheduler; the other `series` columns by
+    line style, marker and shade (`_Encoding`)."""
     df = frame.copy()
     df["_x"], ticks = _x_values(df, x)
     xs = sorted(set(df["_x"].tolist()))
-    keys = _series_keys(df, series)
-    combos = (list(dict.fromkeys(map(tuple, df[keys].astype(str).values.tolist())))
-              if keys else [()])
+    enc = _Encoding.of(df, _series_keys(df, series))
+    df["_series"] = [enc.key(r) for _, r in df.iterrows()]
+    scheds = list(dict.fromkeys(df["scheduler"]))
     ncol = 1 if len(metrics) == 1 else 2
     nrow = -(-len(metrics) // ncol)
     width = COLUMN_IN if ncol == 1 else PAGE_IN
@@ -351,32 +438,17 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[Metric]
             if y_all is None or y_all.isna().all():
                 _note(ax, m.missing)
                 continue
-            absent = [SCHEDULER_NAMES.get(str(sc), str(sc))
-                      for sc in dict.fromkeys(df["scheduler"])
+            absent = [SCHEDULER_NAMES.get(str(sc), str(sc)) for sc in scheds
                       if y_all[df["scheduler"] == sc].isna().all()]
             if absent:
                 ax.text(0.02, 0.97, f"{', '.join(absent)}: {m.missing}", transform=ax.transAxes,
                         ha="left", va="top", fontsize=6.5, color="0.35")
-            for sched in dict.fromkeys(df["scheduler"]):
-                for k, combo in enumerate(combos):
-                    sel = df["scheduler"] == sched
-                    for key, v in zip(keys, combo, strict=True):
-                        sel &= df[key].astype(str) == v
-                    g = df[sel].sort_values("_x")
-                    if g.empty:
-                        continue
-                    ls, marker = SERIES_STYLES[k % len(SERIES_STYLES)]
-                    ax.plot(g["_x"], pd.to_numeric(g[m.column], errors="coerce") * m.scale,
-                            ls=ls, marker=marker, color=scheduler_color(sched))
+            for (sched, key), g in df.groupby(["scheduler", "_series"], sort=False):
+                g = g.sort_values("_x")
+                ax.plot(g["_x"], pd.to_numeric(g[m.column], errors="coerce") * m.scale,
+                        **enc.draw(key, scheduler_color(str(sched))))
             ax.set_ylim(bottom=0)
-        handles: list[Any] = [Line2D([], [], color=scheduler_color(s),
-                                     label=SCHEDULER_NAMES.get(s, s))
-                              for s in dict.fromkeys(df["scheduler"])]
-        if keys and len(combos) > 1:
-            handles += [Line2D([], [], color="0.3", ls=SERIES_STYLES[k % 5][0],
-                               marker=SERIES_STYLES[k % 5][1], label=_series_name(keys, c))
-                        for k, c in enumerate(combos)]
-        _fig_legend(fig, handles)
+        _fig_legend(fig, _scheduler_handles(scheds) + enc.handles())
         fig.suptitle(title)
         return _save(fig, path)
 
@@ -384,39 +456,43 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[Metric]
 def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                       series: Sequence[str] = ("scheduler",), title: str = "") -> Path:
     """Median (top) and p99 (bottom) E2E latency of victims (solid, filled circles) and of
-    the other requests (dashed, open squares), colour per scheduler, a column of panels per
-    setting of the other `series` columns. A scheduler without victims is said so."""
+    the other requests (dashed, open squares), colour per scheduler; a column of panels per
+    value of the first other `series` column, the rest by shade. A scheduler without victims
+    is said so."""
     df = frame.copy()
     df["_x"], ticks = _x_values(df, x)
     xs = sorted(set(df["_x"].tolist()))
     keys = _series_keys(df, series)
-    combos = (list(dict.fromkeys(map(tuple, df[keys].astype(str).values.tolist())))
-              if keys else [()])
+    facet = keys[0] if keys else None
+    columns = _levels(df, facet) if facet else [""]
+    enc = _Encoding.of(df, keys[1:], use_style=False, use_marker=False)
+    df["_series"] = [enc.key(r) for _, r in df.iterrows()]
     scheds = list(dict.fromkeys(df["scheduler"]))
-    ncol = len(combos)
+    ncol = len(columns)
     width = COLUMN_IN if ncol == 1 else PAGE_IN
     with style():
         fig, axes = plt.subplots(2, ncol, figsize=(width, 3.6), squeeze=False, sharex=True,
                                  layout="constrained")
-        for c, combo in enumerate(combos):
-            sel = pd.Series(True, index=df.index)
-            for key, v in zip(keys, combo, strict=True):
-                sel &= df[key].astype(str) == v
-            part = df[sel]
+        for c, level in enumerate(columns):
+            part = df[df[facet].astype(str) == level] if facet else df
             for r, stat in enumerate(("median", "p99")):
                 ax = axes[r][c]
                 no_victims = []
                 for sched in scheds:
-                    g = part[part["scheduler"] == sched].sort_values("_x")
+                    mine = part[part["scheduler"] == sched]
                     color = scheduler_color(sched)
-                    for who, st in (("victim", VICTIM_STYLE), ("nonvictim", OTHERS_STYLE)):
-                        y = pd.to_numeric(g.get(f"{stat}_e2el_{who}_ms"), errors="coerce")
-                        if y is None or y.isna().all():
-                            if who == "victim" and not g.empty:
-                                no_victims.append(SCHEDULER_NAMES.get(sched, sched))
-                            continue
-                        ax.plot(g["_x"], y / 1000.0, ls=st["ls"], marker=st["marker"],
-                                color=color, mfc=st["mfc"] or color, mec=color)
+                    if not mine.empty and pd.to_numeric(
+                            mine.get(f"{stat}_e2el_victim_ms"), errors="coerce").isna().all():
+                        no_victims.append(SCHEDULER_NAMES.get(sched, sched))
+                    for key, g in mine.groupby("_series", sort=False):
+                        g = g.sort_values("_x")
+                        tone = enc.draw(key, color)["color"]
+                        for who, st in (("victim", VICTIM_STYLE), ("nonvictim", OTHERS_STYLE)):
+                            y = pd.to_numeric(g.get(f"{stat}_e2el_{who}_ms"), errors="coerce")
+                            if y is None or y.isna().all():
+                                continue
+                            ax.plot(g["_x"], y / 1000.0, ls=st["ls"], marker=st["marker"],
+                                    color=tone, mfc=st["mfc"] or tone, mec=tone)
                 if no_victims:
                     ax.text(0.02, 0.97, f"no victims: {', '.join(no_victims)}",
                             transform=ax.transAxes, ha="left", va="top", fontsize=6.5,
@@ -424,17 +500,16 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                 _x_axis(ax, x, xs, ticks)
                 if r == 0:
                     ax.set_xlabel("")
-                    if combo:
-                        ax.set_title(_series_name(keys, combo))
+                    if facet:
+                        ax.set_title(value_label(facet, level))
                 if c == 0:
                     ax.set_ylabel(f"{stat} E2E latency (s)")
                 ax.set_ylim(bottom=0)
-        handles: list[Any] = [Patch(color=scheduler_color(s), label=SCHEDULER_NAMES.get(s, s))
-                              for s in scheds]
+        handles: list[Any] = _scheduler_handles(scheds)
         handles += [Line2D([], [], color="0.3", ls="-", marker="o", label="victims"),
                     Line2D([], [], color="0.3", ls="--", marker="s", mfc="white",
                            label="other requests")]
-        _fig_legend(fig, handles)
+        _fig_legend(fig, handles + enc.handles())
         fig.suptitle(title or "E2E latency of evicted requests (victims) and the others")
         return _save(fig, path)
 

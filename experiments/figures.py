@@ -361,10 +361,10 @@ class _Encoding:
                   for i, v in enumerate(_levels(df, style_key))} if style_key else {}
         markers = {v: SERIES_STYLES[i % len(SERIES_STYLES)][1]
                    for i, v in enumerate(_levels(df, marker_key))} if marker_key else {}
-        combos = list(dict.fromkeys(map(tuple, df[keys].astype(str).values.tolist()))) \
-            if keys else [()]
+        combos: list[tuple[str, ...]] = list(dict.fromkeys(
+            map(tuple, df[keys].astype(str).values.tolist()))) if keys else [()]
         with suppress(TypeError, ValueError):
-            combos.sort(key=lambda c: tuple(float(v) for v in c))
+            combos.sort(key=lambda c: tuple(float(text) for text in c))
         tones = {c: (1.0 if len(combos) == 1 else 0.25 + 0.75 * i / (len(combos) - 1))
                  for i, c in enumerate(combos)}
         return cls(style_key, marker_key, tuple(keys), styles, markers, tones)
@@ -446,7 +446,7 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[Metric]
             for (sched, key), g in df.groupby(["scheduler", "_series"], sort=False):
                 g = g.sort_values("_x")
                 ax.plot(g["_x"], pd.to_numeric(g[m.column], errors="coerce") * m.scale,
-                        **enc.draw(key, scheduler_color(str(sched))))
+                        **enc.draw(tuple(key), scheduler_color(str(sched))))  # type: ignore[arg-type]
             ax.set_ylim(bottom=0)
         _fig_legend(fig, _scheduler_handles(scheds) + enc.handles())
         fig.suptitle(title)

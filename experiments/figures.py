@@ -157,6 +157,15 @@ def _save(fig: Any, path: str | Path, pdf: bool = True) -> Path:
     return p
 
 
+def _suptitle(fig: Any, text: str) -> None:
+    """The figure's title, each line wrapped to the figure's width."""
+    import textwrap
+
+    chars = int(fig.get_figwidth() * 15)  # about 15 characters per inch at 8 pt
+    lines = [w for line in text.split("\n") for w in textwrap.wrap(line, chars) or [""]]
+    fig.suptitle("\n".join(lines))
+
+
 def _note(ax: Any, text: str, y: float = 0.5) -> None:
     """Write why a panel (or part of it) has no data, on the panel."""
     ax.text(0.5, y, text, transform=ax.transAxes, ha="center", va="center", fontsize=6.5,
@@ -282,7 +291,7 @@ def latency_cdfs(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
             axes[r][0].set_ylabel(f"{panel}\nshare of requests" if panel else
                                   "share of requests")
         _fig_legend(fig, _job_handles(jobs, shade_note), shade_note if len(jobs) > 4 else "")
-        fig.suptitle(title or "Latency per completed request (CDF)")
+        _suptitle(fig, title or "Latency per completed request (CDF)")
         return _save(fig, path, pdf)
 
 
@@ -449,7 +458,7 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[Metric]
                         **enc.draw(tuple(key), scheduler_color(str(sched))))  # type: ignore[arg-type]
             ax.set_ylim(bottom=0)
         _fig_legend(fig, _scheduler_handles(scheds) + enc.handles())
-        fig.suptitle(title)
+        _suptitle(fig, title)
         return _save(fig, path)
 
 
@@ -510,7 +519,7 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                     Line2D([], [], color="0.3", ls="--", marker="s", mfc="white",
                            label="other requests")]
         _fig_legend(fig, handles + enc.handles())
-        fig.suptitle(title or "E2E latency of evicted requests (victims) and the others")
+        _suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
         return _save(fig, path)
 
 
@@ -571,14 +580,15 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                     if np.isnan(j.kv.mean["kv_used_tokens"]).all():
                         _note(ax, f"{j.name}: no steps")
                         continue
+                    color = scheduler_color(j.scheduler) if single else j.color
                     if single:
                         for a, b in _idle_spans(j.kv):
                             ax.axvspan(a, b, color="0.88", lw=0)
                         x, hi = _stairs(j.kv, j.kv.max["kv_used_tokens"] * cap)
                         _, lo = _stairs(j.kv, j.kv.mean["kv_used_tokens"] * cap)
-                        ax.fill_between(x, lo, hi, color=j.color, alpha=0.25, lw=0)
+                        ax.fill_between(x, lo, hi, color=color, alpha=0.25, lw=0)
                     x, y = _stairs(j.kv, j.kv.mean["kv_used_tokens"] * cap)
-                    ax.plot(x, y, color=j.color, lw=0.9)
+                    ax.plot(x, y, color=color, lw=0.9)
         if single:
             color = "0.3"
             handles: list[Any] = [Line2D([], [], color=color, lw=0.9, label="mean per bin"),
@@ -591,7 +601,7 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
             handles = [Line2D([], [], color=shade("#404040", t),
                               label=lab.rpartition(": ")[2] or "job") for t, lab in labels]
             _fig_legend(fig, handles, heading or shade_note)
-        fig.suptitle(title or "KV pool use over simulated time")
+        _suptitle(fig, title or "KV pool use over simulated time")
         return _save(fig, path, pdf)
 
 

@@ -483,18 +483,33 @@ def _busiest(frame: pd.DataFrame, x: str | None) -> Any:
     return total.idxmax() if total.max() > 0 else max(total.index)
 
 
-def _series(jobs: Sequence[Job], params: Sequence[str], x: str | None) -> tuple[list[Any], str]:
-    """Each job's plotted series: a panel per setting of the parameters other than the
-    scheduler and `x`, a shade per value of `x`; and the note that explains the shades."""
+def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]
+           ) -> dict[str, str]:
+    """For per-job figures of a sweep with many parameters: the setting of `keys` at which
+    the sweep evicts most (the first when nothing is evicted)."""
+    if not keys:
+        return {}
+    evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0).tolist()
+    total: dict[tuple[str, ...], float] = {}
+    for j, n in zip(jobs, evictions, strict=True):
+        combo = tuple(str(j.overrides.get(k, "-")) for k in keys)
+        total[combo] = total.get(combo, 0.0) + n
+    best = max(total, key=lambda c: total[c])  # first of the ties: the first seen
+    return dict(zip(keys, best, strict=True))
+
+
+def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
+            ) -> tuple[list[Any], str]:
+    """Each job's plotted series: a panel per value of `panel_key`, a shade per value of
+    `x`; and the note that explains the shades."""
     from experiments.figures import JobSeries, param_label, shades, value_label
 
-    others = [p for p in params if p not in ("scheduler", x)]
     tone = shades([j.overrides.get(x) for j in jobs]) if x else {}
     out = []
     for j in jobs:
         if j.summary.get("status") != "ok":  # only verified results have records
             continue
-        panel = ", ".join(value_label(p, j.overrides.get(p, "-")) for p in others)
+        panel = value_label(panel_key, j.overrides.get(panel_key, "-")) if panel_key else ""
         label = value_label(x, j.overrides.get(x, "-")) if x else ""
         out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
                                          int(j.summary.get("kv_capacity_tokens") or 1),
@@ -536,18 +551,28 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
 
     frame = _verified_rows(frame)
     x = load_param or pick_load_param(params, frame)
-    series = ["scheduler", *[p for p in params if p not in ("scheduler", x)]]
-    js, note = _series(jobs, params, x)
-    busiest = _busiest(frame, x)
+    others = [p for p in params if p not in ("scheduler", x)]
+    series = ["scheduler", *others]
+    # per-job figures: a panel per value of the first other parameter; any further ones
+    # fixed where the sweep evicts most (said in the titles)
+    fixed = _focus(jobs, frame, others[1:])
+    chosen = [i for i, j in enumerate(jobs)
+              if all(str(j.overrides.get(k, "-")) == v for k, v in fixed.items())]
+    js, note = _series([jobs[i] for i in chosen], others[0] if others else None, x)
+    busiest = _busiest(frame.iloc[chosen], x)
     at = value_label(x, busiest) if x and busiest is not None else ""
     kv_jobs = [j for j in js if j.label == at] if at else js
-    kv_title = (f"KV pool use over simulated time at {param_label(x)} = "
-                f"{at.rpartition(': ')[2]} (most evictions)" if at else "")
+    where = ", ".join([at] * bool(at) + [value_label(k, v) for k, v in fixed.items()])
+    kv_title = "KV pool use over simulated time" + (
+        f"\nat {where} (most evictions)" if where else "")
+    cdf_title = "Latency per completed request (CDF)" + (
+        "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
+        + " (most evictions)" if fixed else "")
     against = f" vs {param_label(x)}" if x else ""
     ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
     return {
         "latency_cdf_ttft_e2el": latency_cdfs(js, out / "latency_cdf_ttft_e2el.png",
-                                              shade_note=note),
+                                              cdf_title, shade_note=note),
         ev: metric_vs_load(frame, x, [Metric(*m) for m in EVICTION_METRICS], out / f"{ev}.png",
                            series, title="Evictions (preempted or retracted) and recompute"
                            + against),

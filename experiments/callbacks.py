@@ -70,9 +70,9 @@ class ComparisonCallback(Callback):
 def _log_sweep_run(config: DictConfig, sweep_dir: Path, paths: dict[str, Path]) -> None:
     """The sweep's W&B run: comparison table, side-by-side table, figures."""
     from experiments.build import as_dict
+    from experiments.provenance import git_state
     from experiments.report import comparison_frame, load_sweep, side_by_side, varied_params
     from experiments.sweep_info import read_sweep_info
-    from experiments.provenance import git_state
     from experiments.wandb_log import WandbOptions, log_sweep_run
 
     opts = WandbOptions.from_mapping(as_dict(config.logger))

@@ -420,11 +420,14 @@ def _scheduler_handles(scheds: Sequence[str]) -> list[Any]:
             for s in scheds]
 
 
-def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[Metric],
+def metric_vs_load(frame: pd.DataFrame, x: str | None,
+                   metrics: Sequence[Metric | tuple[Any, ...]],
                    path: str | Path, series: Sequence[str] = ("scheduler",),
                    title: str = "") -> Path:
-    """A panel per metric against `x`: colour per scheduler; the other `series` columns by
-    line style, marker and shade (`_Encoding`)."""
+    """A panel per metric (a `Metric`, or its fields as a tuple) against `x`: colour per
+    scheduler; the other `series` columns by line style, marker and shade (`_Encoding`). A
+    metric without data is said so on its panel, nothing is drawn at 0."""
+    specs = [m if isinstance(m, Metric) else Metric(*m) for m in metrics]
     df = frame.copy()
     df["_x"], ticks = _x_values(df, x)
     xs = sorted(set(df["_x"].tolist()))
@@ -440,7 +443,7 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None, metrics: Sequence[Metric]
         flat = [ax for row in axes for ax in row]
         for ax in flat[len(metrics):]:
             ax.set_visible(False)
-        for ax, m in zip(flat, metrics, strict=False):
+        for ax, m in zip(flat, specs, strict=False):
             ax.set_ylabel(m.label)
             _x_axis(ax, x, xs, ticks)
             y_all = pd.to_numeric(df[m.column], errors="coerce") if m.column in df else None

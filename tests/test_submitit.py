@@ -31,8 +31,8 @@ def test_two_job_sweep_through_the_submitit_local_launcher(tmp_path: Path) -> No
     logs = sorted((sweep / ".submitit").glob("*/*_log.out"))
     assert len(logs) == 2
     printed = "".join(p.read_text() for p in logs)
-    assert "[job 0 | vllm] vllm: 12 done" in printed
-    assert "[job 1 | sglang] sglang: 12 done" in printed
+    assert "[job 0 | vllm] vllm: 12 of 12 done" in printed
+    assert "[job 1 | sglang] sglang: 12 of 12 done" in printed
     for job in ("0", "1"):
         assert json.loads((sweep / job / "summary.json").read_text())["status"] == "ok"
 

@@ -56,8 +56,8 @@ def test_default_multirun_compares_both_schedulers_and_logs_wandb(tmp_path: Path
     assert "evicted: preempted (vLLM) or retracted (SGLang)" in side
     assert "Median TTFT (ms)" in proc.stdout and "P99 E2EL (ms)" in proc.stdout
     # one labelled line per job (its swept values), no "started" lines nor bars under CI
-    assert "[job 0 | vllm] vllm: 24 done" in proc.stdout
-    assert "[job 1 | sglang] sglang: 24 done" in proc.stdout
+    assert "[job 0 | vllm] vllm: 24 of 24 done" in proc.stdout
+    assert "[job 1 | sglang] sglang: 24 of 24 done" in proc.stdout
     assert "started" not in proc.stdout and "req/s]" not in proc.stderr
     for fig in ("latency_cdf_ttft_e2el", "evictions_by_scheduler", "victim_e2el_by_scheduler",
                 "kv_use_vs_time"):

@@ -151,8 +151,11 @@ def _save(fig: Any, path: str | Path, pdf: bool = True) -> Path:
     p = Path(path)
     formats = ((p, "png"), (p.with_suffix(".pdf"), "pdf")) if pdf else ((p, "png"),)
     for target, fmt in formats:
+        # no creation date in the PDF: the same figure is the same file (curated results)
+        meta = {"CreationDate": None} if fmt == "pdf" else {}
         with atomic_path(target) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.02)
+            fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.02,
+                        metadata=meta)
     plt.close(fig)
     return p
 

@@ -218,6 +218,9 @@ def _rows(schema: type, node: Any, yaml_path: Path | None, prefix: str = "", gro
                    or _shared_meaning(f"{group}.{key}" if group else key))
         if isinstance(node, DictConfig) and OmegaConf.is_missing(node, f.name):
             default = "(required)"
+        elif isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, f.name):
+            raw = node._get_node(f.name)
+            default = str(raw._value() if raw is not None else "")  # as written, unresolved
         else:
             value = OmegaConf.to_container(sub) if isinstance(sub, DictConfig | list) or \
                 OmegaConf.is_config(sub) else sub

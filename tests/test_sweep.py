@@ -26,7 +26,7 @@ TINY = ["workload.num_requests=24", "workload.request_rate=200", "kv_capacity_to
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "CI": "true"})
+                          env={**os.environ, "CI": "true", "WANDB_MODE": "offline"})
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

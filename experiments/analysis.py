@@ -14,7 +14,6 @@ The files stay readable on their own: `pd.read_parquet("<sweep>/<job>/requests.p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from experiments.report import Job, _overrides, comparison_frame, load_sweep, varied_params
+from experiments.report import Job, comparison_frame, load_job, load_sweep, varied_params
 from experiments.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE
 
 
@@ -45,7 +44,7 @@ def _jobs(path: Path) -> list[Job]:
             num = int(path.name)
         except ValueError:
             num = 0
-        return [Job(path, num, _overrides(path), json.loads((path / SUMMARY_FILE).read_text()))]
+        return [load_job(path, num)]
     return load_sweep(path)
 
 
@@ -70,7 +69,7 @@ def _records(jobs: Sequence[Job], params: Sequence[str], frame: pd.DataFrame, na
     parts = []
     for j, (_, row) in zip(jobs, frame.iterrows(), strict=True):
         f = j.path / name
-        if not f.is_file():  # a failed job
+        if j.summary.get("status") != "ok" or not f.is_file():  # failed or unverified
             continue
         df = _frame(pq.read_table(f), list_columns)
         if name == REQUESTS_FILE:

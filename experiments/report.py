@@ -549,7 +549,9 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
         victims_vs_others,
     )
 
-    frame = _verified_rows(frame)
+    verified = _verified_rows(frame)
+    jobs = [j for j, keep in zip(jobs, frame.index.isin(verified.index), strict=True) if keep]
+    frame = verified.reset_index(drop=True)  # a row per job of `jobs`, in order
     x = load_param or pick_load_param(params, frame)
     others = [p for p in params if p not in ("scheduler", x)]
     series = ["scheduler", *others]

@@ -87,6 +87,8 @@ SHARED_MEANINGS: dict[str, str] = {
     "workload.shuffle": "shuffle the dataset rows (seeded) before taking them",
     "workload.input_column": "column of prompt lengths",
     "workload.output_column": "column of output lengths",
+    "workload.output_lengths": "sim runs: a JSON file {request_id: output length}, each "
+                               "request's EOS at that length (null: run to max_tokens)",
     "scheduler.prefill_max_requests": "most requests admitted in one prefill batch (null: no "
                                       "limit)",
     ".dist": "fixed | uniform | lognormal | file",

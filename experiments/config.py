@@ -102,22 +102,25 @@ class NoLogger:
 
 @dataclass
 class WandbConfig:
-    """Weights & Biases: one run per job, grouped by sweep (see experiments/wandb_log.py).
+    """Weights & Biases: one run per job, grouped by sweep invocation, plus one sweep run
+    with the comparison table and figures (see experiments/wandb_log.py).
 
     `mode` offline writes the run under `dir` (null: the job folder) for `wandb sync` later;
-    online needs `wandb login`. `group` null: the sweep folder in a multirun.
+    online needs `wandb login`.
     """
 
     name: str = "wandb"
-    project: str = "schedbench"
-    entity: str | None = None
-    mode: str = "offline"
-    dir: str | None = None
-    group: str | None = None
-    tags: list[str] = field(default_factory=list)
-    log_requests_table: bool = True
-    max_table_rows: int = 20000
-    log_figures: bool = True
+    project: str = "schedbench"  # the W&B project
+    entity: str | None = None  # the W&B team or user (null: your default)
+    mode: str = "offline"  # offline | online | disabled
+    dir: str | None = None  # where runs are written (null: the job folder)
+    group: str | None = None  # the run group (null: one per sweep invocation)
+    tags: list[str] = field(default_factory=list)  # tags on every run
+    log_requests_table: bool = True  # log the per-request table
+    max_table_rows: int = 20000  # rows of that table (the first by arrival)
+    log_figures: bool = True  # log the job's figures
+    history_bins: int = 300  # points of the history on simulated time (0: none)
+    quiet: bool = True  # no console capture, system metrics, machine or code snapshots
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
     python -m experiments.report SWEEP_DIR [--out DIR] [--load-param KEY] [--no-figures]
                                  [--title TEXT] [--columns METRIC,METRIC,...]
+    python -m experiments.report SWEEP_A SWEEP_B [--out DIR] [--labels A,B]   # compare two
 
 reads every job folder of a sweep (its verified result, `job_folder.verify_folder`: a job is
 labelled by the overrides recorded in its own summary, never by `.hydra/overrides.yaml`, which
@@ -15,8 +16,10 @@ Hydra rewrites when a job starts; a folder without a complete, consistent result
 - `by_scheduler.csv` / `.md` when the sweep varies the scheduler and something else: one row
   per setting of the other parameters, each metric once per scheduler;
 - `headline.csv` / `.md` with `--columns`: just those metrics, per scheduler or per job;
-- figures: `latency_cdf.png`, `preemptions_vs_load.png`, `victims_vs_others.png`,
-  `kv_over_time.png`.
+- figures (PNG and PDF, `experiments.figures`), named after what they plot against what:
+  `latency_cdf_ttft_e2el`, `evictions_vs_<x>` and `victim_e2el_vs_<x>` (x: the load
+  parameter, e.g. `evictions_vs_load`; `_by_scheduler` when nothing but the scheduler
+  varies), `kv_use_vs_time`.
 The Hydra callback `experiments.callbacks.ComparisonCallback` calls `write_report` when a
 multirun ends.
 """
@@ -55,14 +58,14 @@ COMPARISON_METRICS: tuple[str, ...] = (
 )
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
-    ("max_model_len", "Context length (max_model_len)"),
-    ("offered", "Requests offered"),
-    ("completed", "Completed"),
-    ("rejected_too_long", "Rejected: too long"),
-    ("rejected_kv_pool", "Rejected: larger than the KV pool"),
-    ("rejected_other", "Rejected: other reasons"),
-    ("rejected_503", "Rejected: 503 (admission)"),
-    ("aborted", "Aborted"),
+    ("max_model_len", "Context length, max_model_len (tokens)"),
+    ("offered", "Requests offered (count)"),
+    ("completed", "Completed (count)"),
+    ("rejected_too_long", "Rejected: too long (count)"),
+    ("rejected_kv_pool", "Rejected: larger than the KV pool (count)"),
+    ("rejected_other", "Rejected: other reasons (count)"),
+    ("rejected_503", "Rejected: 503, admission (count)"),
+    ("aborted", "Aborted (count)"),
     ("request_throughput", "Request throughput (req/s)"),
     ("output_throughput", "Output token throughput (tok/s)"),
     ("median_ttft_ms", "Median TTFT (ms)"),
@@ -71,12 +74,45 @@ SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
     ("p99_tpot_ms", "P99 TPOT (ms)"),
     ("median_e2el_ms", "Median E2EL (ms)"),
     ("p99_e2el_ms", "P99 E2EL (ms)"),
-    ("num_preemptions", "Preemptions / retractions"),
-    ("preempted_request_share", "Share of requests evicted"),
+    ("num_preemptions", "Evictions (count)"),
+    ("preempted_request_share", "Requests evicted (%)"),
     ("median_e2el_victim_ms", "Victims' median E2EL (ms)"),
     ("median_e2el_nonvictim_ms", "Others' median E2EL (ms)"),
-    ("recomputed_token_share", "Recomputed share of prefill"),
+    ("recomputed_token_share", "Prefill recomputed (%)"),
 )
+# One word for one thing, defined once under every table that uses it.
+EVICTION_NOTE = ("evicted: preempted (vLLM) or retracted (SGLang), KV freed and the request "
+                 "sent back to wait; victims: requests evicted at least once; n/a: no data "
+                 "(e.g. no victims)")
+# Metrics shown as percentages (their labels say %); the rest by unit, see `format_metric`.
+PERCENT_METRICS = frozenset({
+    "preempted_request_share", "recomputed_token_share", "rejection_rate_503",
+    "slo_attainment", "prefix_cache_hit_rate", "prefix_recovery_on_resume",
+    "swap_time_share", "mean_kv_utilization",
+})
+
+
+def format_metric(key: str, value: Any) -> str:
+    """One number format per kind of metric: n/a for no data; shares in % with two
+    decimals; latencies (ms) with one decimal; throughputs in tok/s without decimals and in
+    req/s with two; counts as integers with thousands separators."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return str(value)
+    x = float(value)
+    if key in PERCENT_METRICS:
+        return f"{100.0 * x:.2f}"
+    if key.endswith("_ms"):
+        return f"{x:,.1f}"
+    if key == "output_throughput" or key.endswith("tokens_per_s"):
+        return f"{x:,.0f}"
+    if "throughput" in key or "goodput" in key:
+        return f"{x:,.2f}"
+    if isinstance(value, int | np.integer) or x.is_integer():
+        return f"{int(x):,}"
+    return _fmt(x)
+
 
 PIVOT_METRICS: tuple[str, ...] = (
     "num_preemptions", "preempted_request_share", "recomputed_token_share",
@@ -218,13 +254,15 @@ def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
 
 
 def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None) -> pd.DataFrame:
-    """`SIDE_BY_SIDE` metrics as rows, one column per job named by its varied parameters."""
+    """`SIDE_BY_SIDE` metrics as rows, one column per job named by its varied parameters,
+    each value formatted for its metric (`format_metric`)."""
     params = list(varied_params(jobs) if params is None else params)
     rows = list(SIDE_BY_SIDE)
     if any(j.summary.get("status", "ok") != "ok" for j in jobs):
         rows[:0] = [("status", "Status"), ("error", "Error")]
-    data = {_label(j, params): [j.summary.get(k, "ok" if k == "status" else None)
-                                for k, _ in rows] for j in jobs}
+    data = {_label(j, params): [format_metric(k, j.summary.get(k, "ok" if k == "status"
+                                                             else None)) for k, _ in rows]
+            for j in jobs}
     return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
 
 
@@ -322,12 +360,31 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _metric_of(column: str) -> str | None:
+    """The summary metric a table column holds (`p99_e2el_ms[vllm]` -> `p99_e2el_ms`)."""
+    base = column.partition("[")[0].strip()
+    return base if base in COMPARISON_METRICS or base in PERCENT_METRICS else None
+
+
+def _cell(column: str, v: Any) -> str:
+    metric = _metric_of(column)
+    if metric is not None:
+        return format_metric(metric, v)
+    if isinstance(v, float | np.floating) and math.isfinite(float(v)):
+        return f"{float(v):g}"  # a parameter value: as given
+    return _fmt(v)
+
+
 def markdown(df: pd.DataFrame, index: bool = False) -> str:
-    """A GitHub Markdown table of `df` (numbers rounded for reading)."""
-    cols = ([str(df.index.name or "")] if index else []) + [str(c) for c in df.columns]
+    """A GitHub Markdown table of `df`: metric columns formatted by `format_metric` (shares
+    in %, said in the header), other numbers as given, n/a for no data."""
+    names = [str(c) for c in df.columns]
+    heads = [f"{c} (%)" if _metric_of(c) in PERCENT_METRICS else c for c in names]
+    cols = ([str(df.index.name or "")] if index else []) + heads
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for idx, row in df.iterrows():
-        cells = ([str(idx)] if index else []) + [_fmt(v) for v in row.tolist()]
+        cells = ([str(idx)] if index else []) + [_cell(c, v) for c, v in
+                                                 zip(names, row.tolist(), strict=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -351,10 +408,10 @@ def text_table(df: pd.DataFrame) -> str:
 
 TERMINAL_PIVOT: tuple[tuple[str, str], ...] = (
     ("num_preemptions", "evictions"),
-    ("preempted_request_share", "evicted"),
-    ("median_e2el_ms", "E2EL p50"),
-    ("p99_e2el_ms", "E2EL p99"),
-    ("median_e2el_victim_ms", "victims p50"),
+    ("preempted_request_share", "evicted (%)"),
+    ("median_e2el_ms", "E2EL p50 (ms)"),
+    ("p99_e2el_ms", "E2EL p99 (ms)"),
+    ("median_e2el_victim_ms", "victims p50 (ms)"),
 )
 MAX_SIDE_BY_SIDE_COLUMNS = 6
 
@@ -362,7 +419,7 @@ MAX_SIDE_BY_SIDE_COLUMNS = 6
 def terminal_summary(jobs: Sequence[Job]) -> str:
     """What the callback prints: the side-by-side table, or, for a sweep with more jobs
     than fit a terminal, one row per setting of the other parameters with a few metrics
-    per scheduler."""
+    per scheduler; then what "evicted" means."""
     params = varied_params(jobs)
     warn = "".join(f"WARNING: {w}\n" for w in completion_warnings(jobs, params))
     return warn + _terminal_table(jobs, params)
@@ -370,26 +427,39 @@ def terminal_summary(jobs: Sequence[Job]) -> str:
 
 def _terminal_table(jobs: Sequence[Job], params: Sequence[str]) -> str:
     if len(jobs) <= MAX_SIDE_BY_SIDE_COLUMNS:
-        return text_table(side_by_side(jobs, params))
+        return text_table(side_by_side(jobs, params)) + "\n" + _note()
     frame = comparison_frame(jobs, params)
     pivot = scheduler_pivot(frame, params, [m for m, _ in TERMINAL_PIVOT])
     if pivot is None:
         cols = ["job", *params, "status", "error", *[m for m, _ in TERMINAL_PIVOT]]
-        table = frame[[c for c in cols if c in frame]]
+        table = frame[[c for c in cols if c in frame]].copy()
+        metric_of = {c: c for c in table.columns}
     else:
         table = pivot
-        short = dict(TERMINAL_PIVOT)
-        table.columns = [_short(str(c), short) for c in table.columns]
+        metric_of = {c: str(c).partition("[")[0] for c in table.columns}
+    for col in table.columns:
+        if metric_of.get(col) in dict(TERMINAL_PIVOT):
+            table[col] = [format_metric(metric_of[col], v) for v in table[col]]
+        elif col in params:
+            table[col] = [f"{v:g}" if isinstance(v, float) else str(v) for v in table[col]]
+    short = dict(TERMINAL_PIVOT)
+    table.columns = [_short(str(c), short) for c in table.columns]
     table = table.set_index(table.columns[0])
     table.index.name = str(table.index.name).split(".")[-1]
-    return text_table(table)
+    return text_table(table) + "\n" + _note()
+
+
+def _note() -> str:
+    import textwrap
+
+    return textwrap.fill(EVICTION_NOTE + ".", width=96)
 
 
 def _short(col: str, names: dict[str, str]) -> str:
     metric, _, sched = col.partition("[")
     if metric in names and sched:
         return f"{sched.rstrip(']')} {names[metric]}"
-    return col.split(".")[-1]
+    return names.get(col, col.split(".")[-1])
 
 
 def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
@@ -403,39 +473,117 @@ def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
     return numeric[0] if numeric else None
 
 
-def _series(jobs: Sequence[Job], params: Sequence[str]) -> list[Any]:
-    from experiments.figures import JobSeries
+def _busiest(frame: pd.DataFrame, x: str | None) -> Any:
+    """The value of `x` at which the sweep evicts most (all jobs together; the largest value
+    when nothing is evicted): where KV use over time says most."""
+    if not x or x not in frame or frame[x].nunique() < 2:
+        return None
+    evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0)
+    total = evictions.groupby(frame[x]).sum()
+    return total.idxmax() if total.max() > 0 else max(total.index)
 
-    others = [p for p in params if p != "scheduler"]
-    return [JobSeries.from_tables(j.requests(), j.steps(), j.scheduler,
-                                  _label(j, others) if others else j.scheduler,
-                                  int(j.summary.get("kv_capacity_tokens") or 1))
-            for j in jobs if j.summary.get("status") == "ok"]  # only verified results
+
+def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]
+           ) -> dict[str, str]:
+    """For per-job figures of a sweep with many parameters: the setting of `keys` at which
+    the sweep evicts most (the first when nothing is evicted)."""
+    if not keys:
+        return {}
+    evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0).tolist()
+    total: dict[tuple[str, ...], float] = {}
+    for j, n in zip(jobs, evictions, strict=True):
+        combo = tuple(str(j.overrides.get(k, "-")) for k in keys)
+        total[combo] = total.get(combo, 0.0) + n
+    best = max(total, key=lambda c: total[c])  # first of the ties: the first seen
+    return dict(zip(keys, best, strict=True))
+
+
+def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
+            ) -> tuple[list[Any], str]:
+    """Each job's plotted series: a panel per value of `panel_key`, a shade per value of
+    `x`; and the note that explains the shades."""
+    from experiments.figures import JobSeries, param_label, shades, value_label
+
+    tone = shades([j.overrides.get(x) for j in jobs]) if x else {}
+    out = []
+    for j in jobs:
+        if j.summary.get("status") != "ok":  # only verified results have records
+            continue
+        panel = value_label(panel_key, j.overrides.get(panel_key, "-")) if panel_key else ""
+        label = value_label(x, j.overrides.get(x, "-")) if x else ""
+        out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
+                                         int(j.summary.get("kv_capacity_tokens") or 1),
+                                         panel, tone.get(j.overrides.get(x or ""), 1.0)))
+    note = ""
+    if x and len(tone) > 1:
+        lo, hi = min(tone, key=tone.__getitem__), max(tone, key=tone.__getitem__)
+        note = f"light to dark: {param_label(x)} {lo} to {hi}"
+    return out, note
+
+
+EVICTION_METRICS = (
+    ("preemptions_per_1k_requests", "evictions per 1,000 requests", 1.0, "no data"),
+    ("preempted_request_share", "requests evicted (%)", 100.0, "no data"),
+    ("recomputed_token_share", "prefill recomputed (%)", 100.0, "no data"),
+    ("prefix_recovery_on_resume", "prefix recovered on resume (%)", 100.0,
+     "no evictions: nothing resumed"),
+)
 
 
 def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
                   out: Path, load_param: str | None = None, title: str = "") -> dict[str, Path]:
-    """The sweep's four figures (see the module docstring)."""
-    from experiments.figures import kv_over_time, latency_cdfs, metric_vs_load, victims_vs_others
+    """The sweep's four figures, named after what they plot against what: the latency CDFs
+    (`latency_cdf_ttft_e2el`), evictions and recompute against the load parameter
+    (`evictions_vs_<x>`), victims' and others' E2E latency (`victim_e2el_vs_<x>`) and KV
+    pool use over simulated time (`kv_use_vs_time`: at the value of x where the sweep evicts
+    most, one line per job, so the band of maxima and the idle time stay readable); PNG and
+    PDF each."""
+    from experiments.figures import (
+        Metric,
+        figure_stem,
+        kv_use_over_time,
+        latency_cdfs,
+        metric_vs_load,
+        param_label,
+        value_label,
+        victims_vs_others,
+    )
 
-    frame = _verified_rows(frame)
+    verified = _verified_rows(frame)
+    jobs = [j for j, keep in zip(jobs, frame.index.isin(verified.index), strict=True) if keep]
+    frame = verified.reset_index(drop=True)  # a row per job of `jobs`, in order
     x = load_param or pick_load_param(params, frame)
     others = [p for p in params if p not in ("scheduler", x)]
     series = ["scheduler", *others]
-    js = _series(jobs, params)
-    paths = {
-        "latency_cdf": latency_cdfs(js, out / "latency_cdf.png", title),
-        "preemptions_vs_load": metric_vs_load(
-            frame, x, [("preemptions_per_1k_requests", "evictions per 1,000 requests"),
-                       ("preempted_request_share", "share of requests evicted"),
-                       ("recomputed_token_share", "recomputed share of prefill"),
-                       ("prefix_recovery_on_resume", "prefix recovery on resume")],
-            out / "preemptions_vs_load.png", series, title),
-        "victims_vs_others": victims_vs_others(frame, x, out / "victims_vs_others.png",
-                                               series, title),
-        "kv_over_time": kv_over_time(js, out / "kv_over_time.png", title),
+    # per-job figures: a panel per value of the first other parameter; any further ones
+    # fixed where the sweep evicts most (said in the titles)
+    fixed = _focus(jobs, frame, others[1:])
+    chosen = [i for i, j in enumerate(jobs)
+              if all(str(j.overrides.get(k, "-")) == v for k, v in fixed.items())]
+    js, note = _series([jobs[i] for i in chosen], others[0] if others else None, x)
+    busiest = _busiest(frame.iloc[chosen], x)
+    at = value_label(x, busiest) if x and busiest is not None else ""
+    kv_jobs = [j for j in js if j.label == at] if at else js
+    where = ", ".join([at] * bool(at) + [value_label(k, v) for k, v in fixed.items()])
+    kv_title = "KV pool use over simulated time" + (
+        f"\nat {where} (most evictions)" if where else "")
+    cdf_title = "Latency per completed request (CDF)" + (
+        "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
+        + " (most evictions)" if fixed else "")
+    against = f" vs {param_label(x)}" if x else ""
+    ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
+    return {
+        "latency_cdf_ttft_e2el": latency_cdfs(js, out / "latency_cdf_ttft_e2el.png",
+                                              cdf_title, shade_note=note),
+        ev: metric_vs_load(frame, x, [Metric(*m) for m in EVICTION_METRICS], out / f"{ev}.png",
+                           series, title="Evictions (preempted or retracted) and recompute"
+                           + against),
+        vic: victims_vs_others(frame, x, out / f"{vic}.png", series,
+                               title="E2E latency: victims and other requests"
+                               + against),
+        "kv_use_vs_time": kv_use_over_time(kv_jobs or js, out / "kv_use_vs_time.png",
+                                           kv_title, shade_note=note),
     }
-    return paths
 
 
 def headline(frame: pd.DataFrame, params: Sequence[str], columns: Sequence[str]
@@ -483,8 +631,8 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
     paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")
     sbs = side_by_side(jobs, params)
     sbs.index.name = "metric"
-    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True),
-                                          out / "side_by_side.md")
+    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True) + "\n"
+                                          + EVICTION_NOTE + ".\n", out / "side_by_side.md")
     pivot = scheduler_pivot(frame, params)
     if pivot is not None:
         paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),
@@ -501,13 +649,16 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
     if figures:
         for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
             paths[f"{k}.png"] = p
+            paths[f"{k}.pdf"] = p.with_suffix(".pdf")
     return paths
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: write the report of a sweep folder."""
+    """Command line: write the report of a sweep folder, or compare two
+    (`experiments.compare`)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sweep_dir")
+    ap.add_argument("sweep_dir", nargs="+", metavar="SWEEP_DIR",
+                    help="a sweep folder; with two, compare them (jobs matched by parameters)")
     ap.add_argument("--out", default=None, help="folder for tables and figures")
     ap.add_argument("--load-param", default=None,
                     help="override key on the figures' x axis (default: the sweep's "
@@ -516,11 +667,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--no-figures", action="store_true")
     ap.add_argument("--columns", default="",
                     help="comma-separated metrics for headline.csv/.md")
+    ap.add_argument("--labels", default="",
+                    help="with two sweeps: their names in tables and legends, A,B")
     args = ap.parse_args(argv)
+    if len(args.sweep_dir) > 2:
+        ap.error(f"give one sweep folder, or two to compare; got {len(args.sweep_dir)}")
+    if len(args.sweep_dir) == 2:
+        from experiments.compare import write_comparison
+
+        labels = tuple(args.labels.split(",")) if args.labels else None
+        if labels is not None and len(labels) != 2:
+            ap.error(f"--labels={args.labels!r}: give two names, A,B")
+        paths = write_comparison(args.sweep_dir[0], args.sweep_dir[1], args.out, labels,
+                                 args.load_param, not args.no_figures)
+        print("\n".join(paths["compare.md"].read_text().split("\n\n")[:2]).lstrip("# "))
+        print("wrote " + ", ".join(str(p) for p in paths.values()))
+        return
+    sweep_dir = args.sweep_dir[0]
     columns = [c for c in args.columns.split(",") if c]
-    paths = write_report(args.sweep_dir, args.out, not args.no_figures, args.load_param,
+    paths = write_report(sweep_dir, args.out, not args.no_figures, args.load_param,
                          args.title, columns or None)
-    print(terminal_summary(load_sweep(args.sweep_dir)))
+    print(terminal_summary(load_sweep(sweep_dir)))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 

@@ -220,7 +220,8 @@ def with_output_text(table: pa.Table, requests: list[Request], executor: Executo
 def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = None,
                    run_name: str | None = None, workload: str | None = None,
                    overrides: Iterable[str] = (),
-                   wrap_executor: Callable[[Executor], Executor] | None = None
+                   wrap_executor: Callable[[Executor], Executor] | None = None,
+                   bar: bool | None = None
                    ) -> dict[str, Any]:
     """Build everything from `cfg`, run the engine, write the outputs (and the W&B run when
     `logger.name` is wandb, in `group` under `run_name`); returns the summary. `workload`
@@ -232,7 +233,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     temporary files in `out_dir` as the run goes (moved into place at the end, deleted on an
     error), so memory holds only live requests; requests.parquet lists requests in the order
     they ended (sort by arrival_time for arrival order). `wrap_executor`, when given, wraps
-    the built executor (a study that records each step's shape, scripts/real_vs_sim.py)."""
+    the built executor (a study that records each step's shape, scripts/real_vs_sim.py).
+    `bar` False: no progress bar whatever `progress` says (None: as `progress` says)."""
     validate_run_config(cfg)
     digest = config_hash(cfg)  # the inputs as they are read now
     seed = int(cfg.seed)
@@ -254,7 +256,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     requests = capped if not real else list(capped)
     if wrap_executor is not None:
         executor = wrap_executor(executor)
-    show = progress_enabled(_progress_mode(cfg))
+    show = progress_enabled(_progress_mode(cfg)) if bar is None else bar
     check = invariant_check(scheduler) if cfg.get("check_invariants", False) else None
     spool = (temp_path(Path(out_dir) / REQUESTS_FILE), temp_path(Path(out_dir) / STEPS_FILE))
     recorder = (ProgressRecorder(desc=run_name or scheduler.name, spool=spool) if show
@@ -305,38 +307,41 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         log.warning("%s: %s", run_name or scheduler.name, warning)
     logger = as_dict(cfg.get("logger"))
     if logger.get("name") == "wandb":
-        _log_wandb(cfg, logger, summary, pq.read_table(paths["requests"]),
-                   pq.read_table(paths["steps"]), Path(out_dir), group,
-                   run_name or scheduler.name)
+        t_wandb = time.perf_counter()
+        run_dir = _log_wandb(cfg, logger, summary, pq.read_table(paths["requests"]),
+                             pq.read_table(paths["steps"]), Path(out_dir), group,
+                             run_name or scheduler.name)
+        log.info("W&B %s run in %.2f s: %s", logger.get("mode"),
+                 time.perf_counter() - t_wandb, run_dir)
     return summary
 
 
 def _log_wandb(cfg: DictConfig, logger: dict[str, Any], summary: dict[str, Any],
                requests: Any, steps: Any, out_dir: Path, group: str | None,
-               name: str) -> None:
+               name: str) -> Path | None:
     from experiments.wandb_log import WandbOptions, log_run
 
     opts = WandbOptions.from_mapping(logger)
     if opts.mode == "disabled":
-        return
+        return None
     figures: dict[str, Path] = {}
     if opts.log_figures:
         figures = _job_figures(summary, requests, steps, out_dir / "figures")
-    run_dir = log_run(to_container(cfg), summary, requests, out_dir, opts, group, name,
-                      figures)
-    log.info("W&B %s run: %s", opts.mode, run_dir)
+    return log_run(to_container(cfg), summary, requests, out_dir, opts, group, name, figures,
+                   steps=steps)
 
 
 def _job_figures(summary: dict[str, Any], requests: Any, steps: Any, out: Path
                  ) -> dict[str, Path]:
-    """This job's latency CDF and KV use over time (for its W&B run)."""
-    from experiments.figures import JobSeries, kv_over_time, latency_cdfs
+    """This job's latency CDFs and KV pool use over time (for its W&B run)."""
+    from experiments.figures import JobSeries, kv_use_over_time, latency_cdfs
 
     sched = str(summary["scheduler"])
-    series = [JobSeries.from_tables(requests, steps, sched, sched,
+    series = [JobSeries.from_tables(requests, steps, sched, "",
                                     int(summary["kv_capacity_tokens"]))]
-    return {"latency_cdf": latency_cdfs(series, out / "latency_cdf.png"),
-            "kv_over_time": kv_over_time(series, out / "kv_over_time.png")}
+    return {"latency_cdf_ttft_e2el": latency_cdfs(series, out / "latency_cdf_ttft_e2el.png",
+                                                  pdf=False),
+            "kv_use_vs_time": kv_use_over_time(series, out / "kv_use_vs_time.png", pdf=False)}
 
 
 def _fmt(v: Any) -> str:
@@ -373,10 +378,10 @@ _TABLE: list[tuple[str, list[tuple[str, str]]]] = [
     ("End-to-end Latency", [("Mean E2EL (ms)", "mean_e2el_ms"),
                             ("Median E2EL (ms)", "median_e2el_ms"),
                             ("P99 E2EL (ms)", "p99_e2el_ms")]),
-    ("Preemption and recompute", [
-        ("Preemptions", "num_preemptions"), ("Preemptions per 1k requests",
-                                             "preemptions_per_1k_requests"),
-        ("Share of requests preempted", "preempted_request_share"),
+    ("Evictions (preempted / retracted) and recompute", [
+        ("Evictions", "num_preemptions"), ("Evictions per 1k requests",
+                                           "preemptions_per_1k_requests"),
+        ("Share of requests evicted", "preempted_request_share"),
         ("Median E2EL victims/others (ms)", "_victim_e2el"),
         ("Recomputed tokens", "recomputed_tokens"),
         ("Recomputed share of prefill", "recomputed_token_share"),
@@ -410,6 +415,7 @@ def format_summary(s: Mapping[str, Any]) -> str:
             lines.append(f"{label}:" + v.rjust(max(50 - len(label) - 1, len(v) + 1)))
     lines.append("=" * 50)
     lines.extend(f"WARNING: {w}" for w in s.get("warnings") or ())
+    lines.append("Evicted: preempted (vLLM) or retracted (SGLang); victims: evicted at least once.")
     return "\n".join(lines)
 
 
@@ -426,16 +432,36 @@ def format_line(s: Mapping[str, Any]) -> str:
             f"{s.get('num_preemptions')} evictions{warnings}")
 
 
+def _sweep_identity(hc: Any, scheduler: str) -> tuple[str, str]:
+    """A multirun job's W&B group (the invocation's, from sweep.json) and its name (its
+    swept values only)."""
+    from experiments.sweep_info import read_sweep_info, swept_keys
+    from experiments.wandb_log import run_name
+
+    overrides = list(hc.overrides.task)
+    info = read_sweep_info(str(hc.sweep.dir))
+    if info is not None:
+        return info.group, run_name(overrides, info.swept, scheduler)
+    params = hc.sweeper.get("params") or {}
+    return str(hc.sweep.dir), run_name(overrides, swept_keys([], dict(params)), scheduler)
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Run one job; print its summary (a single run) or one line (a job of a multirun)."""
     hc = HydraConfig.get()
     out_dir = hc.runtime.output_dir
     multirun = hc.mode == RunMode.MULTIRUN
+    bar: bool | None = None
+    tag = ""  # a multirun job's label: its swept values
     if multirun:
         exit_with_parent()  # a joblib worker must not outlive a killed sweep
-        group = str(hc.sweep.dir)
-        name = f"{hc.job.num}:{hc.job.override_dirname or cfg.scheduler.name}"
+        group, name = _sweep_identity(hc, str(cfg.scheduler.name))
+        tag = f"[job {hc.job.num} | {name}]"
+        if _progress_mode(cfg) == "auto":
+            bar = False  # parallel jobs' bars would write over each other and the log
+            if progress_enabled("auto", sys.stdout):
+                print(f"{tag} started", flush=True)
     else:
         group, name = None, f"{cfg.scheduler.name}:{cfg.workload.name}"
     try:
@@ -451,27 +477,29 @@ def main(cfg: DictConfig) -> None:
             if hc.output_subdir is not None else {}
         try:
             remove_stale_spools(out_dir)
-            summary = _run_job(cfg, out_dir, multirun, group, name, overrides)
+            summary = _run_job(cfg, out_dir, tag, group, name, overrides, bar)
         finally:
             restore_files(hydra_dir)
     if multirun:
-        print(f"[job {hc.job.num}] {hc.job.override_dirname}: {format_line(summary)}")
+        print(f"{tag} {format_line(summary)}", flush=True)
     else:
         print(format_summary(summary))
         print(f"outputs: {out_dir}")
 
 
-def _run_job(cfg: DictConfig, out_dir: str, multirun: bool, group: str | None,
-             name: str, overrides: list[str]) -> dict[str, Any]:
-    """Skip (resume), run, or record the failure of one job; returns its summary."""
+def _run_job(cfg: DictConfig, out_dir: str, tag: str, group: str | None,
+             name: str, overrides: list[str], bar: bool | None = None) -> dict[str, Any]:
+    """Skip (resume), run, or record the failure of one job; returns its summary. `tag`
+    labels a multirun job's lines ("" for a single run)."""
     done = complete_result(out_dir, config_hash(cfg)) if cfg.get("resume", False) else None
     if done is not None:
-        where = f"[job {HydraConfig.get().job.num}] " if multirun else ""
+        where = f"{tag} " if tag else ""
         print(f"{where}skipped (resume=true): {out_dir} already holds a complete result for "
               "this config")
         return done
     try:
-        return run_experiment(cfg, out_dir, group=group, run_name=name, overrides=overrides)
+        return run_experiment(cfg, out_dir, group=group, run_name=name, overrides=overrides,
+                              bar=bar)
     except Exception as e:
         if _enum_value(cfg.get("on_error", "fail")) != "record":
             raise
@@ -481,10 +509,32 @@ def _run_job(cfg: DictConfig, out_dir: str, multirun: bool, group: str | None,
         return summary
 
 
+def require_conf_dir(conf_dir: str | Path) -> None:
+    """Refuse to start, in one sentence, when the Hydra configs are not beside the package
+    (a non-editable `pip install .` copies the code but not conf/)."""
+    if not (Path(conf_dir) / "config.yaml").is_file():
+        raise SystemExit(f"schedbench: the Hydra configs are not installed with the package "
+                         f"(no {Path(conf_dir) / 'config.yaml'}); run it from a clone of the "
+                         "repository, installed with `pip install -e .` (what `make demo` "
+                         "does).")
+
+
 def cli() -> None:
     """`main` after the command-line checks that Hydra cannot make (a scheduler key that a
     scheduler of the sweep lacks), with a hint after a failed override: the valid keys where
-    a key was unknown."""
+    a key was unknown. `--help` adds the config reference (docs/CONFIG.md) after Hydra's
+    help. The console command `schedbench-run` (pyproject.toml) runs this."""
+    require_conf_dir(CONF_DIR)
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        try:
+            main()  # Hydra's help: its flags, the config groups, the composed config
+        except SystemExit as e:
+            if e.code not in (0, None):
+                raise
+        from experiments.config_docs import generate
+
+        print("\n" + generate())
+        return
     problem = explain_scheduler_keys(sys.argv[1:], CONF_DIR)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

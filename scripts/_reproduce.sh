@@ -24,7 +24,9 @@ for f in ("azure2023/AzureLLMInferenceTrace_conv.csv", "azure2023/AzureLLMInfere
 PY
 rm -rf "$runs"
 start=$SECONDS
+# The callback draws the figures once into $runs for the sweep's W&B run; the report below
+# redraws them into results/<name>/ with the study's title and headline columns.
 "$py" -m experiments.run -m "experiment=$name" logger=wandb "hydra.sweep.dir=$runs" \
-    hydra.callbacks.comparison.figures=false "$@"
+    hydra.callbacks.comparison.print_table=false "$@"
 "$py" -m experiments.report "$runs" --out "$out" --title "$title" --columns "$columns"
 echo "$name: $((SECONDS - start)) s wall; tables and figures in $out, raw runs in $runs"

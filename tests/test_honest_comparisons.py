@@ -136,8 +136,8 @@ def test_report_counts_requests_and_warns_when_completed_sets_differ(tmp_path: P
     side = paths["side_by_side.md"].read_text()
     warning = side.index("> **Warning**: the schedulers completed different requests")
     assert warning < side.index("| metric |")
-    assert f"| Rejected: too long | {v['rejected_too_long']} | 0 |" in side
-    assert "| Requests offered | 12 | 12 |" in side
+    assert f"| Rejected: too long (count) | {v['rejected_too_long']} | 0 |" in side
+    assert "| Requests offered (count) | 12 | 12 |" in side
     assert "completed by only some" in side
     assert terminal_summary(load_sweep(sweep)).startswith("WARNING: the schedulers completed")
 
@@ -215,7 +215,7 @@ def test_statistics_over_no_data_are_null_never_zero(tmp_path: Path,
                 if ln.startswith("Median TTFT (ms):")).endswith("n/a")
     # W&B: absent or not a number, never 0
     wb = read_offline_run(offline_runs(job)[0])
-    assert wb.summary.get("median_ttft_ms") is None
+    assert wb.summary.get("latency/median_ttft_ms") is None
     # the tables
     (job / ".hydra").mkdir(exist_ok=True)
     (job / ".hydra" / "overrides.yaml").write_text("- scheduler=vllm\n")
@@ -227,7 +227,8 @@ def test_statistics_over_no_data_are_null_never_zero(tmp_path: Path,
     frame = comparison_frame(load_sweep(tmp_path / "sweep"))
     figures.metric_vs_load(frame, None, [("median_ttft_ms", "TTFT")], tmp_path / "m.png")
     ys = [y for ax in plotted[0].axes for line in ax.get_lines() for y in line.get_ydata()]
-    assert ys and all(math.isnan(y) for y in ys)
+    assert all(math.isnan(y) for y in ys)
+    assert any(t.get_text() == "no data" for ax in plotted[0].axes for t in ax.texts)
 
 
 # --- 6. what really ran ----------------------------------------------------------------------

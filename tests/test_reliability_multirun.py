@@ -28,7 +28,7 @@ def test_a_failing_job_is_recorded_and_the_others_run(tmp_path: Path) -> None:
     proc = multirun(sweep, "scheduler=vllm", "kv_capacity_tokens=4096,1000,2048",
                     "on_error=record")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[job 1]" in proc.stdout and "FAILED (ValueError" in proc.stdout
+    assert "[job 1 | kv_capacity_tokens=1000] vllm: FAILED (ValueError" in proc.stdout
     with open(sweep / "comparison.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["kv_capacity_tokens"] for r in rows] == ["4096", "1000", "2048"]

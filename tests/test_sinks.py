@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from experiments.figures import JobSeries, kv_over_time
+from experiments.figures import JobSeries, kv_use_over_time
 from experiments.sinks import atomic_path, write_json, write_table, write_text
+from experiments.timeseries import bin_steps
 
 
 def leftovers(d: Path) -> list[str]:
@@ -44,10 +45,12 @@ def test_the_new_file_appears_whole_under_its_name(tmp_path: Path) -> None:
     assert leftovers(target.parent) == []
 
 
-def test_figures_are_written_atomically_as_png(tmp_path: Path) -> None:
+def test_figures_are_written_atomically_as_png_and_pdf(tmp_path: Path) -> None:
     import numpy as np
 
-    job = JobSeries("vllm", "vllm", np.array([1.0]), np.array([2.0]), np.array([0.0, 1.0]),
-                    np.array([0.0, 8.0]), 16)
-    p = kv_over_time([job], tmp_path / "kv.png")
-    assert p.read_bytes()[:4] == b"\x89PNG" and leftovers(tmp_path) == []
+    steps = pa.table({"start_time": [0.0, 1.0], "duration_s": [0.5, 0.5],
+                      "kv_used_tokens": [0, 8]})
+    job = JobSeries("vllm", "", np.array([1.0]), np.array([2.0]), bin_steps(steps, 4), 16)
+    p = kv_use_over_time([job], tmp_path / "kv.png")
+    assert p.read_bytes()[:4] == b"\x89PNG"
+    assert p.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-" and leftovers(tmp_path) == []

@@ -26,7 +26,7 @@ TINY = ["workload.num_requests=24", "workload.request_rate=200", "kv_capacity_to
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "CI": "true"})
+                          env={**os.environ, "CI": "true", "WANDB_MODE": "offline"})
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -52,26 +52,60 @@ def test_default_multirun_compares_both_schedulers_and_logs_wandb(tmp_path: Path
     md = (sweep / "comparison.md").read_text()
     assert "Varied: `scheduler`" in md and "| job | scheduler |" in md
     side = (sweep / "side_by_side.md").read_text()
-    assert "| metric | vllm | sglang |" in side and "Share of requests evicted" in side
+    assert "| metric | vllm | sglang |" in side and "| Requests evicted (%) |" in side
+    assert "evicted: preempted (vLLM) or retracted (SGLang)" in side
     assert "Median TTFT (ms)" in proc.stdout and "P99 E2EL (ms)" in proc.stdout
-    for fig in ("latency_cdf", "preemptions_vs_load", "victims_vs_others", "kv_over_time"):
+    # one labelled line per job (its swept values), no "started" lines nor bars under CI
+    assert "[job 0 | vllm] vllm: 24 of 24 done" in proc.stdout
+    assert "[job 1 | sglang] sglang: 24 of 24 done" in proc.stdout
+    assert "started" not in proc.stdout and "req/s]" not in proc.stderr
+    for fig in ("latency_cdf_ttft_e2el", "evictions_by_scheduler", "victim_e2el_by_scheduler",
+                "kv_use_vs_time"):
         assert (sweep / f"{fig}.png").read_bytes()[:4] == b"\x89PNG"
-    # one offline W&B run per job, in the job folder, grouped by the sweep
+        assert (sweep / f"{fig}.pdf").read_bytes()[:5] == b"%PDF-"
+    # one offline W&B run per job, in the job folder, in the invocation's group, named after
+    # the swept values only (not the fixed overrides of TINY)
+    info = json.loads((sweep / "sweep.json").read_text())
+    assert info["swept"] == ["scheduler"] and info["group"].startswith("default-")
     for job, sched in ((0, "vllm"), (1, "sglang")):
         runs = offline_runs(sweep / str(job))
         assert len(runs) == 1
         wb = read_offline_run(runs[0])
         summary = json.loads((sweep / str(job) / "summary.json").read_text())
-        assert wb.group == str(sweep) and wb.project == "schedbench"
+        assert wb.group == info["group"] and wb.project == "schedbench"
+        assert wb.name == sched and wb.job_type == sched
         assert wb.config["scheduler.name"] == sched and wb.config["kv_capacity_tokens"] == 4096
-        assert wb.config["workload.num_requests"] == 24
-        assert wb.summary["completed"] == 24
-        assert wb.summary["median_e2el_ms"] == pytest.approx(summary["median_e2el_ms"])
-        assert "requests" in wb.history_keys
-        tables = [f for f in wb.files if f.startswith("media/table/requests")]
+        assert wb.config["workload.num_requests"] == 24 and "git_commit" in wb.config
+        # summary grouped by prefix
+        assert wb.summary["requests/completed"] == 24 and "completed" not in wb.summary
+        assert wb.summary["latency/median_e2el_ms"] == pytest.approx(summary["median_e2el_ms"])
+        assert wb.summary["eviction/num_preemptions"] == summary["num_preemptions"]
+        assert wb.summary["run/scheduler"] == sched
+        # history on simulated time: binned KV use, queue and batch series
+        rows = [r for r in wb.history if "kv/busy_share" in r]
+        assert 10 <= len(rows) <= 300
+        times = [r["sim_time_s"] for r in rows]
+        assert times == sorted(times) and times[-1] == pytest.approx(summary["duration"], rel=0.2)
+        for key in ("kv/used_tokens", "kv/cached_tokens", "queue/running_requests",
+                    "queue/waiting_requests", "batch/tokens", "eviction/evictions"):
+            assert key in wb.history_keys
+        assert max(r.get("kv/used_tokens_max", 0) for r in rows) == summary["max_kv_used_tokens"]
+        assert sum(r.get("eviction/evictions", 0) for r in rows) == summary["num_preemptions"]
+        tables = [f for f in wb.files if f.startswith("media/table/tables/requests")]
         assert tables and any(f.startswith("media/images/figures/") for f in wb.files)
         table = json.loads((runs[0] / "files" / tables[0]).read_text())
         assert len(table["data"]) == 24 and "e2el_ms" in table["columns"]
+    # the sweep's own run: the comparison table and figures, in the same group
+    (sweep_run,) = offline_runs(sweep / "wandb")
+    wb = read_offline_run(sweep_run)
+    assert wb.group == info["group"] and wb.job_type == "sweep" and wb.name == "sweep default"
+    assert wb.summary["sweep/jobs"] == 2
+    table_files = [f for f in wb.files if f.startswith("media/table/tables/comparison")]
+    comparison = json.loads((sweep_run / "files" / table_files[0]).read_text())
+    assert [row[comparison["columns"].index("scheduler")] for row in comparison["data"]] == [
+        "vllm", "sglang"]
+    assert {f"figures/{k}" for k in ("latency_cdf_ttft_e2el", "kv_use_vs_time")} <= set(
+        wb.summary)
 
 
 def test_typo_in_an_override_fails_with_the_valid_keys(tmp_path: Path) -> None:

@@ -1,0 +1,47 @@
+"""docs/CONFIG.md is generated from the structured configs and kept up to date."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.config import SCHEDULER_SCHEMAS, WandbConfig
+from experiments.config_docs import DOC_PATH, generate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_config_reference_is_up_to_date_and_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", "/somewhere/else")  # not this machine's values
+    text = generate()
+    assert DOC_PATH.read_text() == text, "run: python -m experiments.config_docs"
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows and all(not line.rstrip().endswith("|  |") for line in rows), [
+        line for line in rows if line.rstrip().endswith("|  |")]
+    for name, schema in SCHEDULER_SCHEMAS.items():
+        assert f"### `scheduler={name}`" in text
+        for f in dataclasses.fields(schema):
+            if f.name != "name":
+                assert f"| `scheduler.{f.name}` |" in text
+    for f in dataclasses.fields(WandbConfig):
+        if f.name != "name":
+            assert f"| `logger.{f.name}` |" in text
+    assert "| `scheduler.max_num_seqs` | int | `128` | most requests running at once |" in text
+    assert "| `kv_capacity_tokens` | int | `16384` |" in text
+    assert "`experiment=preemption`" in text and "`hydra/launcher=slurm`" in text
+    assert "docs/CONFIG.md" in (ROOT / "README.md").read_text()
+
+
+def test_run_help_prints_the_reference() -> None:
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CI": "true"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "== Configuration groups ==" in proc.stdout
+    assert "# Configuration reference" in proc.stdout
+    assert "| `workload.rate_scale` |" in proc.stdout

@@ -30,8 +30,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
-from experiments.figures import _save
+from experiments.figures import _save, scheduler_color, shade, style
 from experiments.report import markdown
 from experiments.sinks import write_text
 
@@ -106,14 +107,24 @@ def _positive(values: pd.Series) -> bool:
     return bool((np.isfinite(x) & (x > 0)).any())
 
 
-def _bars(ax: plt.Axes, g: pd.DataFrame, metric: str, loads: Sequence[float]) -> None:
+_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _load_shade(sched: str, k: int, n: int) -> tuple[float, float, float]:
+    """The scheduler's colour (the shared figures' one), light at the lowest load."""
+    return shade(scheduler_color(sched), 0.35 + 0.65 * k / max(n - 1, 1))
+
+
+def _bars(ax: plt.Axes, g: pd.DataFrame, metric: str, loads: Sequence[float],
+          sched: str) -> None:
     x = np.arange(len(POLICIES))
     w = 0.8 / max(len(loads), 1)
     for k, load in enumerate(loads):
         s = g[g["load"] == load].set_index("policy")[metric].reindex(list(POLICIES))
         ax.bar(x + (k - (len(loads) - 1) / 2) * w, s.to_numpy(dtype=float), w,
-               label=f"{load:g}x load")
-    ax.set_xticks(x, [p.replace("_", "\n") for p in POLICIES], fontsize=7)
+               color=_load_shade(sched, k, len(loads)), label=f"{load:g}x recorded rate")
+    ax.set_xticks(x, [p.replace("_", " ") for p in POLICIES], fontsize=5.5, rotation=40,
+                  ha="right", rotation_mode="anchor")
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -124,26 +135,33 @@ def policy_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
     loads = sorted(df["load"].unique())
     panels = [(s, m) for s in ("vllm", "sglang") for m in MODES
               if len(df[(df["scheduler"] == s) & (df["mode"] == m)])]
-    metrics = [("num_preemptions", "evictions"),
+    metrics = [("num_preemptions", "evictions (count)"),
                ("p99_e2el_victim_ms", "victims' p99 E2E latency (ms)"),
-               ("slo_attainment", "SLO attainment")]
-    fig, axes = plt.subplots(len(metrics), len(panels), figsize=(4.2 * len(panels), 9),
-                             squeeze=False, sharey="row")
-    for c, (sched, mode) in enumerate(panels):
-        g = df[(df["scheduler"] == sched) & (df["mode"] == mode)]
-        for r, (metric, label) in enumerate(metrics):
-            ax = axes[r][c]
-            _bars(ax, g, metric, loads)
-            if r == 0:
-                ax.set_title(f"{sched}, {mode}")
-            if c == 0:
-                ax.set_ylabel(label)
-    if _positive(df["p99_e2el_victim_ms"]):
-        axes[1][0].set_yscale("log")
-    axes[0][-1].legend(fontsize=7)
-    fig.suptitle(f"Victim policies on {trace}")
-    fig.tight_layout()
-    return _save(fig, path)
+               ("slo_attainment", "SLO attainment (share)")]
+    with style():
+        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(1.9 * len(panels), 5.4),
+                                 squeeze=False, sharey="row")
+        for c, (sched, mode) in enumerate(panels):
+            g = df[(df["scheduler"] == sched) & (df["mode"] == mode)]
+            for r, (metric, label) in enumerate(metrics):
+                ax = axes[r][c]
+                _bars(ax, g, metric, loads, sched)
+                if r == 0:
+                    ax.set_title(f"{_NAMES.get(sched, sched)}, {mode}")
+                if c == 0:
+                    ax.set_ylabel(label)
+        handles = [h for c in range(len(panels)) if c % len(MODES) == 0
+                   for h in axes[0][c].get_legend_handles_labels()[0]]
+        labels = [f"{_NAMES.get(sched, sched)}, {load:g}x recorded rate"
+                  for sched in dict.fromkeys(s for s, _ in panels) for load in loads]
+        fig.legend(handles, labels, loc="lower center", ncol=len(loads) * 2, fontsize=6,
+                   frameon=False, bbox_to_anchor=(0.5, -0.03))
+        if _positive(df["p99_e2el_victim_ms"]):
+            axes[1][0].set_yscale("log")
+        fig.suptitle(f"Evictions, victims' tail latency and SLO attainment per victim policy "
+                     f"({trace}; bars: load, light to dark)")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        return _save(fig, path)
 
 
 def swap_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
@@ -152,35 +170,48 @@ def swap_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
     df = runs[runs["trace"] == trace]
     loads = sorted(df["load"].unique())
     scheds = [s for s in ("vllm", "sglang") if s in set(df["scheduler"])]
-    fig, axes = plt.subplots(2, len(scheds), figsize=(5.5 * len(scheds), 7), squeeze=False)
     x = np.arange(len(POLICIES))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for c, sched in enumerate(scheds):
-        for k, load in enumerate(loads):
-            for mode, ls in (("recompute", "-"), ("swap", "--")):
-                s = df[(df["scheduler"] == sched) & (df["mode"] == mode) & (df["load"] == load)]
-                s = s.set_index("policy").reindex(list(POLICIES))
-                axes[0][c].plot(x, s["p99_e2el_ms"].to_numpy(dtype=float), ls, marker="o",
-                                color=colors[k % len(colors)], label=f"{load:g}x, {mode}")
-                if mode == "swap":
-                    axes[1][c].plot(x, s["swap_time_share"].to_numpy(dtype=float), ls,
-                                    marker="o", color=colors[k % len(colors)],
-                                    label=f"{load:g}x")
-        for r, label in enumerate(("p99 E2E latency, all requests (ms)",
-                                   "swap time share of busy time")):
-            ax = axes[r][c]
-            ax.set_xticks(x, [p.replace("_", "\n") for p in POLICIES], fontsize=7)
-            ax.grid(alpha=0.3)
-            if c == 0:
-                ax.set_ylabel(label)
-        axes[0][c].set_title(sched)
-        if _positive(df["p99_e2el_ms"]):
-            axes[0][c].set_yscale("log")
-    axes[0][-1].legend(fontsize=7)
-    axes[1][-1].legend(fontsize=7)
-    fig.suptitle(f"Recompute (solid) vs swap (dashed) on {trace}")
-    fig.tight_layout()
-    return _save(fig, path)
+    with style():
+        fig, axes = plt.subplots(2, len(scheds), figsize=(3.4 * len(scheds), 4.2),
+                                 squeeze=False)
+        for c, sched in enumerate(scheds):
+            for k, load in enumerate(loads):
+                color = _load_shade(sched, k, len(loads))
+                for mode, ls, marker in (("recompute", "-", "o"), ("swap", "--", "s")):
+                    s = df[(df["scheduler"] == sched) & (df["mode"] == mode)
+                           & (df["load"] == load)]
+                    s = s.set_index("policy").reindex(list(POLICIES))
+                    axes[0][c].plot(x, s["p99_e2el_ms"].to_numpy(dtype=float), ls,
+                                    marker=marker, ms=3, mfc="white" if mode == "swap" else None,
+                                    color=color, label=f"{load:g}x, {mode}")
+                    if mode == "swap":
+                        axes[1][c].plot(x, 100 * s["swap_time_share"].to_numpy(dtype=float),
+                                        ls, marker=marker, ms=3, mfc="white", color=color,
+                                        label=f"{load:g}x")
+            for r, label in enumerate(("p99 E2E latency, all requests (ms)",
+                                       "copy time (% of busy time)")):
+                ax = axes[r][c]
+                ax.set_xticks(x, [p.replace("_", " ") for p in POLICIES], fontsize=5.5,
+                              rotation=40, ha="right", rotation_mode="anchor")
+                ax.grid(alpha=0.3)
+                if c == 0:
+                    ax.set_ylabel(label)
+            axes[0][c].set_title(_NAMES.get(sched, sched))
+            if _positive(df["p99_e2el_ms"]):
+                axes[0][c].set_yscale("log")
+        grey = "#555555"
+        proxies = [Line2D([], [], color=grey, ls="-", marker="o", ms=3, label="recompute"),
+                   Line2D([], [], color=grey, ls="--", marker="s", ms=3, mfc="white",
+                          label="swap")]
+        proxies += [Line2D([], [], color=shade(grey, 0.35 + 0.65 * k / max(len(loads) - 1, 1)),
+                           lw=2.5, label=f"{load:g}x recorded rate")
+                    for k, load in enumerate(loads)]
+        fig.legend(handles=proxies, loc="lower center", ncol=len(proxies), fontsize=6,
+                   frameon=False, bbox_to_anchor=(0.5, -0.03))
+        fig.suptitle(f"Recompute against swap: tail latency and copy cost per victim policy "
+                     f"({trace}; colour: scheduler, shade: load)")
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        return _save(fig, path)
 
 
 def write_policy_report(out: str | Path, traces: Sequence[str], figures: bool = True

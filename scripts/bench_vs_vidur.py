@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""Whole-run replay time against Vidur 0.0.26 on the same work (issue 16).
+
+    python scripts/bench_vs_vidur.py [--rounds 3] [--schedulers vllm,sglang]
+        [--max-requests N] [--out DIR] [--vidur VENV_OR_PYTHON --vidur-repo DIR] [--json F]
+
+The workload: the 19,366 (prompt, output) pairs of the Azure 2023 conversation trace
+($SCHEDBENCH_TRACE_DIR/azure2023/AzureLLMInferenceTrace_conv.csv, in file order; Vidur ships
+the same pairs as data/processed_traces/splitwise_conv.csv) as Vidur 0.0.26's
+`TraceRequestLengthGenerator` and `PoissonRequestIntervalGenerator` turn them into requests
+with their defaults (seed 42, max_tokens 4,096, qps 5.5):
+- the clip: a pair whose prompt + output exceeds 4,096 loses the excess from both sides in
+  proportion (each side minus ceil(excess x its share)), then each side is at least 1;
+- the order: `DataFrame.sample(frac=1, random_state=42)` (this script makes the same pandas
+  call on the same frame);
+- the arrivals: `random.seed(42)`, then per request an exponential gap at 5.5 req/s
+  (`-log(1 - random.random()) / 5.5`) capped at 3 / 5.5 s, summed.
+They are written as an Azure-format CSV (`<out>/vidur_conv_pairs.csv`, stamps to the
+microsecond; our replay counts time from the first arrival, Vidur from 0) and replayed by
+`python -m experiments.run` as a user would (whole process: imports, Hydra, the job folder
+with requests.parquet, steps.parquet, summary.json) with: workload=azure_conv on that file,
+model=llama2_7b, hardware=a100_80g, executor=sim (roofline), kv_capacity_tokens=16384, the
+context 4,096, pages of 16 tokens for both (vLLM block_size, SGLang page_size) and a batch
+cap of 128 (vLLM max_num_seqs, SGLang max_running_requests).
+
+Per round and scheduler it prints the process's wall seconds, its peak RSS (os.wait4), the
+number of steps and evictions (from summary.json) and a digest of the records (sha256 over
+requests.parquet and steps.parquet read back as Arrow tables: equal digests, same records);
+then the medians. `--startup` also times a one-request run (the fixed cost of a job).
+
+With `--vidur` (a virtual environment folder or a python executable where vidur 0.0.26 is
+installed; Vidur is never a dependency of this project) and `--vidur-repo` (a checkout of
+microsoft/vidur, for its data/profiling files), every round also runs `python -m vidur.main`
+on the same pairs (as a trace file in Vidur's format) and the ratio ours / Vidur is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE_DIR = ROOT.parent / "shared" / "data" / "traces"
+AZURE_CONV = "azure2023/AzureLLMInferenceTrace_conv.csv"
+# Vidur 0.0.26 defaults (vidur/config/config.py) and the issue's load.
+VIDUR_SEED = 42
+VIDUR_MAX_TOKENS = 4096
+QPS = 5.5
+KV_TOKENS = 16384
+PAGE = 16
+BATCH_CAP = 128
+SUMMARY_VOLATILE = ("git_commit", "git_dirty", "workload_file", "config_hash")
+
+
+def vidur_pairs(trace: Path) -> list[tuple[int, int]]:
+    """The trace's (prompt, output) pairs clipped and shuffled as Vidur 0.0.26 does."""
+    import numpy as np
+    import pandas as pd
+
+    with open(trace, newline="") as f:
+        rows = list(csv.DictReader(f))
+    df = pd.DataFrame({"num_prefill_tokens": [int(r["ContextTokens"]) for r in rows],
+                       "num_decode_tokens": [int(r["GeneratedTokens"]) for r in rows]})
+    # mirrors vidur/request_generator/trace_request_length_generator.py (scale factors 1)
+    total = df["num_prefill_tokens"] + df["num_decode_tokens"]
+    diff = (total - VIDUR_MAX_TOKENS).clip(lower=0)
+    p_ratio = df["num_prefill_tokens"] / total
+    d_ratio = df["num_decode_tokens"] / total
+    df["num_prefill_tokens"] -= np.ceil(diff * p_ratio).astype(int)
+    df["num_decode_tokens"] -= np.ceil(diff * d_ratio).astype(int)
+    df["num_prefill_tokens"] = df["num_prefill_tokens"].clip(lower=1)
+    df["num_decode_tokens"] = df["num_decode_tokens"].clip(lower=1)
+    df = df.sample(frac=1, random_state=VIDUR_SEED)
+    return list(zip(df["num_prefill_tokens"].tolist(), df["num_decode_tokens"].tolist(),
+                    strict=True))
+
+
+def vidur_arrivals(n: int) -> list[float]:
+    """Vidur 0.0.26's Poisson arrivals (PoissonRequestIntervalGenerator, seed 42)."""
+    random.seed(VIDUR_SEED)
+    cap = 3.0 / QPS
+    t, out = 0.0, []
+    for _ in range(n):
+        t += min(-math.log(1.0 - random.random()) / QPS, cap)
+        out.append(t)
+    return out
+
+
+def write_workload(out: Path, max_requests: int | None) -> tuple[Path, Path, int]:
+    """The Azure-format CSV our replay reads and the Vidur-format one; the request count."""
+    trace_dir = Path(os.environ.get("SCHEDBENCH_TRACE_DIR", DEFAULT_TRACE_DIR))
+    pairs = vidur_pairs(trace_dir / AZURE_CONV)[:max_requests]
+    times = vidur_arrivals(len(pairs))
+    out.mkdir(parents=True, exist_ok=True)
+    ours, theirs = out / "vidur_conv_pairs.csv", out / "vidur_conv_pairs_vidur.csv"
+    t0 = datetime(2023, 11, 16)
+    with open(ours, "w") as f:
+        f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+        for t, (p, d) in zip(times, pairs, strict=True):
+            f.write(f"{(t0 + timedelta(seconds=t)).isoformat(' ', 'microseconds')},{p},{d}\n")
+    with open(theirs, "w") as f:
+        f.write("arrived_at,num_prefill_tokens,num_decode_tokens\n")
+        for t, (p, d) in zip(times, pairs, strict=True):
+            f.write(f"{t!r},{p},{d}\n")
+    return ours, theirs, len(pairs)
+
+
+def our_command(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None) -> list[str]:
+    """`python -m experiments.run` for one of our schedulers on the pairs."""
+    cap = ([f"scheduler.block_size={PAGE}", f"scheduler.max_num_seqs={BATCH_CAP}"]
+           if scheduler == "vllm" else
+           [f"scheduler.page_size={PAGE}", f"scheduler.max_running_requests={BATCH_CAP}"])
+    return [sys.executable, "-m", "experiments.run", f"scheduler={scheduler}",
+            "workload=azure_conv", f"workload.file={pairs}",
+            f"workload.max_requests={'null' if max_requests is None else max_requests}",
+            "model=llama2_7b", "hardware=a100_80g", "executor=sim",
+            f"kv_capacity_tokens={KV_TOKENS}", f"max_model_len={VIDUR_MAX_TOKENS}",
+            "progress=off", "logger=none", f"hydra.run.dir={job_dir}", *cap]
+
+
+def vidur_command(python: str, repo: Path, pairs: Path, out: Path) -> list[str]:
+    """`python -m vidur.main` on the same pairs, load and cluster (Vidur's flag names)."""
+    return [python, "-m", "vidur.main",
+            "--replica_config_model_name", "meta-llama/Llama-2-7b-hf",
+            "--replica_config_device", "a100",
+            "--cluster_config_num_replicas", "1",
+            "--replica_config_tensor_parallel_size", "1",
+            "--replica_config_num_pipeline_stages", "1",
+            "--request_generator_config_type", "synthetic",
+            "--synthetic_request_generator_config_num_requests", "0",
+            "--length_generator_config_type", "trace",
+            "--trace_request_length_generator_config_max_tokens", str(VIDUR_MAX_TOKENS),
+            "--trace_request_length_generator_config_trace_file", str(pairs),
+            "--interval_generator_config_type", "poisson",
+            "--poisson_request_interval_generator_config_qps", str(QPS),
+            "--replica_scheduler_config_type", "vllm",
+            "--vllm_scheduler_config_batch_size_cap", str(BATCH_CAP),
+            "--vllm_scheduler_config_block_size", str(PAGE),
+            "--vllm_scheduler_config_num_blocks", str(KV_TOKENS // PAGE),
+            "--metrics_config_output_dir", str(out)]
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Run `cmd` to completion: wall seconds, the child's peak RSS (MiB), its stderr tail."""
+    w0 = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - w0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.stderr.write(err[-4000:])
+        raise SystemExit(f"bench_vs_vidur: {' '.join(cmd[:4])}... failed (exit {p.returncode})")
+    return wall, usage.ru_maxrss / 1024, err[-2000:]
+
+
+def record_digest(job_dir: Path) -> str:
+    """sha256 over requests.parquet and steps.parquet read back (Arrow IPC stream bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    h = hashlib.sha256()
+    for name in ("requests.parquet", "steps.parquet"):
+        t = pq.read_table(job_dir / name)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        h.update(sink.getvalue().to_pybytes())
+    return h.hexdigest()
+
+
+def summary_digest(summary: dict[str, Any]) -> str:
+    """sha256 of summary.json's figures (sorted JSON), less the git state and the file path."""
+    kept = {k: v for k, v in summary.items() if k not in SUMMARY_VOLATILE}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def our_round(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None,
+              env: dict[str, str]) -> dict[str, Any]:
+    wall, rss, _ = timed(our_command(scheduler, pairs, job_dir, max_requests), ROOT, env)
+    s = json.loads((job_dir / "summary.json").read_text())
+    return {"who": scheduler, "wall_s": round(wall, 2), "peak_rss_mib": round(rss, 1),
+            "requests": s.get("completed"), "steps": s.get("num_steps"),
+            "evictions": s.get("num_preemptions"), "digest": record_digest(job_dir),
+            "summary_digest": summary_digest(s)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--schedulers", default="vllm,sglang")
+    ap.add_argument("--max-requests", type=int, default=None,
+                    help="the first N of Vidur's order (default: all 19,366)")
+    ap.add_argument("--out", default="/tmp/bench_vs_vidur", help="workload and job folders")
+    ap.add_argument("--startup", action="store_true",
+                    help="also time a one-request run per scheduler each round")
+    ap.add_argument("--vidur", default=None,
+                    help="a venv folder (or python executable) with vidur 0.0.26 installed")
+    ap.add_argument("--vidur-repo", default=None,
+                    help="a microsoft/vidur checkout (its data/profiling)")
+    ap.add_argument("--json", default=None, help="also write every round's row to this file")
+    args = ap.parse_args(argv)
+    out = Path(args.out).resolve()
+    scheds = [s for s in args.schedulers.split(",") if s]
+    pairs, vidur_pairs_csv, n = write_workload(out, args.max_requests)
+    env = dict(os.environ)
+    env.setdefault("SCHEDBENCH_TRACE_DIR", str(DEFAULT_TRACE_DIR))
+    vidur_py = None
+    if args.vidur:
+        v = Path(args.vidur)
+        vidur_py = str(v / "bin" / "python") if v.is_dir() else str(v)
+        if not args.vidur_repo:
+            raise SystemExit("bench_vs_vidur: --vidur needs --vidur-repo (its data/profiling)")
+    print(f"workload: {n} requests, Poisson {QPS} req/s, KV {KV_TOKENS} tokens, page {PAGE}, "
+          f"batch cap {BATCH_CAP}, llama2_7b on a100_80g ({pairs})", flush=True)
+    rows: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        for who in ([*scheds, "vidur"] if vidur_py else scheds):
+            if who == "vidur":
+                assert vidur_py is not None and args.vidur_repo
+                vout = out / f"round{r}" / "vidur"
+                wall, rss, _ = timed(vidur_command(vidur_py, Path(args.vidur_repo),
+                                                   vidur_pairs_csv, vout),
+                                     Path(args.vidur_repo), env)
+                row: dict[str, Any] = {"who": "vidur", "wall_s": round(wall, 2),
+                                       "peak_rss_mib": round(rss, 1)}
+            else:
+                row = our_round(who, pairs, out / f"round{r}" / who, None, env)
+                if args.startup:
+                    sw, _, _ = timed(our_command(who, pairs, out / f"round{r}" / f"{who}_1",
+                                                 1), ROOT, env)
+                    row["startup_s"] = round(sw, 2)
+            row["round"] = r
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"{'who':<7} {'median wall s':>13} {'rounds':<24} {'startup s':>9} "
+          f"{'peak MiB':>9} {'steps':>8} {'evict':>6}  same records")
+    medians: dict[str, float] = {}
+    for who in ([*scheds, "vidur"] if vidur_py else scheds):
+        mine = [x for x in rows if x["who"] == who]
+        medians[who] = statistics.median(x["wall_s"] for x in mine)
+        st = [x["startup_s"] for x in mine if "startup_s" in x]
+        print(f"{who:<7} {medians[who]:>13.2f} {','.join(str(x['wall_s']) for x in mine):<24} "
+              f"{statistics.median(st) if st else float('nan'):>9.2f} "
+              f"{max(x['peak_rss_mib'] for x in mine):>9.1f} {mine[0].get('steps', '')!s:>8} "
+              f"{mine[0].get('evictions', '')!s:>6}  "
+              f"{'' if who == 'vidur' else len({x['digest'] for x in mine}) == 1}")
+    if "vidur" in medians:
+        for who in scheds:
+            print(f"{who} / vidur = {medians[who] / medians['vidur']:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

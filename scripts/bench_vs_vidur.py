@@ -26,7 +26,8 @@ cap of 128 (vLLM max_num_seqs, SGLang max_running_requests).
 Per round and scheduler it prints the process's wall seconds, its peak RSS (os.wait4), the
 number of steps and evictions (from summary.json) and a digest of the records (sha256 over
 requests.parquet and steps.parquet read back as Arrow tables: equal digests, same records);
-then the medians. `--startup` also times a one-request run (the fixed cost of a job).
+then the medians (peak RSS: a small launcher forks each command, so the figure is the
+command's own). `--startup` also times a one-request run (the fixed cost of a job).
 
 With `--vidur` (a virtual environment folder or a python executable where vidur 0.0.26 is
 installed; Vidur is never a dependency of this project) and `--vidur-repo` (a checkout of
@@ -152,20 +153,31 @@ def vidur_command(python: str, repo: Path, pairs: Path, out: Path) -> list[str]:
             "--metrics_config_output_dir", str(out)]
 
 
+# A small launcher forks the measured command and reports its wall time and peak RSS: a
+# child forked from this process would start with (and report) this process's peak.
+_LAUNCHER = """
+import os, sys, time
+w0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - w0
+print(wall, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
-    """Run `cmd` to completion: wall seconds, the child's peak RSS (MiB), its stderr tail."""
-    w0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
-    assert p.stderr is not None
-    err = p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - w0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        sys.stderr.write(err[-4000:])
-        raise SystemExit(f"bench_vs_vidur: {' '.join(cmd[:4])}... failed (exit {p.returncode})")
-    return wall, usage.ru_maxrss / 1024, err[-2000:]
+    """Run `cmd` to completion: wall seconds, its peak RSS (MiB), its stderr tail."""
+    p = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], cwd=cwd, env=env,
+                       capture_output=True, text=True)
+    wall_s, maxrss_kib, rc = p.stdout.split()
+    if int(rc) != 0 or p.returncode != 0:
+        sys.stderr.write(p.stderr[-4000:])
+        raise SystemExit(f"bench_vs_vidur: {' '.join(cmd[:4])}... failed (exit {rc})")
+    return float(wall_s), int(maxrss_kib) / 1024, p.stderr[-2000:]
 
 
 def record_digest(job_dir: Path) -> str:

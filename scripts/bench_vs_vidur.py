@@ -30,9 +30,16 @@ then the medians (peak RSS: a small launcher forks each command, so the figure i
 command's own). `--startup` also times a one-request run (the fixed cost of a job).
 
 With `--vidur` (a virtual environment folder or a python executable where vidur 0.0.26 is
-installed; Vidur is never a dependency of this project) and `--vidur-repo` (a checkout of
-microsoft/vidur, for its data/profiling files), every round also runs `python -m vidur.main`
-on the same pairs (as a trace file in Vidur's format) and the ratio ours / Vidur is printed.
+installed; Vidur is never a dependency of this project) every round also runs
+`python -m vidur.main` (in `--vidur-dir`, default the output folder) on the same pairs, as a
+trace file in Vidur's format with its own clip (max_tokens 4,096), shuffle (seed 42) and
+Poisson generator (qps 5.5), and the ratio ours / Vidur is printed. Vidur 0.0.26 fetches its
+profiles from Hugging Face datasets (`snapshot_download` of its
+`--*_execution_time_predictor_config_model_profiling_dataset`): it needs them in its cache or
+a network. The pairs and arrivals written here were checked equal, pair for pair and to the
+bit, to what vidur 0.0.26's own TraceRequestLengthGenerator(max_tokens=4096) and
+PoissonRequestIntervalGenerator(qps=5.5) produce after set_seeds(42) from
+data/processed_traces/splitwise_conv.csv (the same 19,366 pairs as the Azure CSV).
 """
 
 from __future__ import annotations
@@ -131,7 +138,7 @@ def our_command(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | 
             "progress=off", "logger=none", f"hydra.run.dir={job_dir}", *cap]
 
 
-def vidur_command(python: str, repo: Path, pairs: Path, out: Path) -> list[str]:
+def vidur_command(python: str, pairs: Path, out: Path, num_requests: int) -> list[str]:
     """`python -m vidur.main` on the same pairs, load and cluster (Vidur's flag names)."""
     return [python, "-m", "vidur.main",
             "--replica_config_model_name", "meta-llama/Llama-2-7b-hf",
@@ -140,7 +147,7 @@ def vidur_command(python: str, repo: Path, pairs: Path, out: Path) -> list[str]:
             "--replica_config_tensor_parallel_size", "1",
             "--replica_config_num_pipeline_stages", "1",
             "--request_generator_config_type", "synthetic",
-            "--synthetic_request_generator_config_num_requests", "0",
+            "--synthetic_request_generator_config_num_requests", str(num_requests),
             "--length_generator_config_type", "trace",
             "--trace_request_length_generator_config_max_tokens", str(VIDUR_MAX_TOKENS),
             "--trace_request_length_generator_config_trace_file", str(pairs),
@@ -148,8 +155,8 @@ def vidur_command(python: str, repo: Path, pairs: Path, out: Path) -> list[str]:
             "--poisson_request_interval_generator_config_qps", str(QPS),
             "--replica_scheduler_config_type", "vllm",
             "--vllm_scheduler_config_batch_size_cap", str(BATCH_CAP),
-            "--vllm_scheduler_config_block_size", str(PAGE),
-            "--vllm_scheduler_config_num_blocks", str(KV_TOKENS // PAGE),
+            "--cache_config_block_size", str(PAGE),
+            "--cache_config_num_blocks", str(KV_TOKENS // PAGE),
             "--metrics_config_output_dir", str(out)]
 
 
@@ -222,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time a one-request run per scheduler each round")
     ap.add_argument("--vidur", default=None,
                     help="a venv folder (or python executable) with vidur 0.0.26 installed")
-    ap.add_argument("--vidur-repo", default=None,
-                    help="a microsoft/vidur checkout (its data/profiling)")
+    ap.add_argument("--vidur-dir", default=None,
+                    help="the folder Vidur runs in (its cache); default: --out")
     ap.add_argument("--json", default=None, help="also write every round's row to this file")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
@@ -235,19 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.vidur:
         v = Path(args.vidur)
         vidur_py = str(v / "bin" / "python") if v.is_dir() else str(v)
-        if not args.vidur_repo:
-            raise SystemExit("bench_vs_vidur: --vidur needs --vidur-repo (its data/profiling)")
     print(f"workload: {n} requests, Poisson {QPS} req/s, KV {KV_TOKENS} tokens, page {PAGE}, "
           f"batch cap {BATCH_CAP}, llama2_7b on a100_80g ({pairs})", flush=True)
     rows: list[dict[str, Any]] = []
     for r in range(args.rounds):
         for who in ([*scheds, "vidur"] if vidur_py else scheds):
             if who == "vidur":
-                assert vidur_py is not None and args.vidur_repo
+                assert vidur_py is not None
                 vout = out / f"round{r}" / "vidur"
-                wall, rss, _ = timed(vidur_command(vidur_py, Path(args.vidur_repo),
-                                                   vidur_pairs_csv, vout),
-                                     Path(args.vidur_repo), env)
+                wall, rss, _ = timed(vidur_command(vidur_py, vidur_pairs_csv, vout, n),
+                                     Path(args.vidur_dir or out), env)
                 row: dict[str, Any] = {"who": "vidur", "wall_s": round(wall, 2),
                                        "peak_rss_mib": round(rss, 1)}
             else:

@@ -2,7 +2,7 @@
 """Whole-run replay time against Vidur 0.0.26 on the same work (issue 16).
 
     python scripts/bench_vs_vidur.py [--rounds 3] [--schedulers vllm,sglang]
-        [--max-requests N] [--out DIR] [--vidur VENV_OR_PYTHON --vidur-repo DIR] [--json F]
+        [--max-requests N] [--out DIR] [--vidur VENV_OR_PYTHON [--vidur-dir DIR]] [--json F]
 
 The workload: the 19,366 (prompt, output) pairs of the Azure 2023 conversation trace
 ($SCHEDBENCH_TRACE_DIR/azure2023/AzureLLMInferenceTrace_conv.csv, in file order; Vidur ships
@@ -54,7 +54,6 @@ import random
 import statistics
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -209,13 +208,17 @@ def summary_digest(summary: dict[str, Any]) -> str:
 
 
 def our_round(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None,
-              env: dict[str, str]) -> dict[str, Any]:
-    wall, rss, _ = timed(our_command(scheduler, pairs, job_dir, max_requests), ROOT, env)
+              env: dict[str, str], root: Path = ROOT) -> dict[str, Any]:
+    wall, rss, _ = timed(our_command(scheduler, pairs, job_dir, max_requests), root, env)
     s = json.loads((job_dir / "summary.json").read_text())
     return {"who": scheduler, "wall_s": round(wall, 2), "peak_rss_mib": round(rss, 1),
             "requests": s.get("completed"), "steps": s.get("num_steps"),
             "evictions": s.get("num_preemptions"), "digest": record_digest(job_dir),
             "summary_digest": summary_digest(s)}
+
+
+def _digests(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(x["digest"], x["summary_digest"]) for x in rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a venv folder (or python executable) with vidur 0.0.26 installed")
     ap.add_argument("--vidur-dir", default=None,
                     help="the folder Vidur runs in (its cache); default: --out")
+    ap.add_argument("--baseline", default=None,
+                    help="another checkout of this project (an older commit, say): its "
+                         "schedulers run too, alternated with ours, as <scheduler>@base")
     ap.add_argument("--json", default=None, help="also write every round's row to this file")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
@@ -245,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"workload: {n} requests, Poisson {QPS} req/s, KV {KV_TOKENS} tokens, page {PAGE}, "
           f"batch cap {BATCH_CAP}, llama2_7b on a100_80g ({pairs})", flush=True)
     rows: list[dict[str, Any]] = []
+    roots = {s: ROOT for s in scheds}
+    if args.baseline:
+        roots.update({f"{s}@base": Path(args.baseline).resolve() for s in scheds})
+    everyone = [*roots, "vidur"] if vidur_py else [*roots]
     for r in range(args.rounds):
-        for who in ([*scheds, "vidur"] if vidur_py else scheds):
+        for who in everyone:
             if who == "vidur":
                 assert vidur_py is not None
                 vout = out / f"round{r}" / "vidur"
@@ -255,28 +265,34 @@ def main(argv: list[str] | None = None) -> int:
                 row: dict[str, Any] = {"who": "vidur", "wall_s": round(wall, 2),
                                        "peak_rss_mib": round(rss, 1)}
             else:
-                row = our_round(who, pairs, out / f"round{r}" / who, None, env)
+                sched = who.split("@")[0]
+                row = our_round(sched, pairs, out / f"round{r}" / who, None, env, roots[who])
+                row["who"] = who
                 if args.startup:
-                    sw, _, _ = timed(our_command(who, pairs, out / f"round{r}" / f"{who}_1",
-                                                 1), ROOT, env)
+                    sw, _, _ = timed(our_command(sched, pairs, out / f"round{r}" / f"{who}_1",
+                                                 1), roots[who], env)
                     row["startup_s"] = round(sw, 2)
             row["round"] = r
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(f"{'who':<7} {'median wall s':>13} {'rounds':<24} {'startup s':>9} "
+    print(f"{'who':<11} {'median wall s':>13} {'rounds':<24} {'startup s':>9} "
           f"{'peak MiB':>9} {'steps':>8} {'evict':>6}  same records")
     medians: dict[str, float] = {}
-    for who in ([*scheds, "vidur"] if vidur_py else scheds):
+    for who in everyone:
         mine = [x for x in rows if x["who"] == who]
         medians[who] = statistics.median(x["wall_s"] for x in mine)
         st = [x["startup_s"] for x in mine if "startup_s" in x]
-        print(f"{who:<7} {medians[who]:>13.2f} {','.join(str(x['wall_s']) for x in mine):<24} "
+        print(f"{who:<11} {medians[who]:>13.2f} {','.join(str(x['wall_s']) for x in mine):<24} "
               f"{statistics.median(st) if st else float('nan'):>9.2f} "
               f"{max(x['peak_rss_mib'] for x in mine):>9.1f} {mine[0].get('steps', '')!s:>8} "
               f"{mine[0].get('evictions', '')!s:>6}  "
-              f"{'' if who == 'vidur' else len({x['digest'] for x in mine}) == 1}")
+              f"{'' if who == 'vidur' else len(_digests(mine)) == 1}")
+    for who in roots:
+        if "@" in who:
+            same = _digests([x for x in rows if x["who"] in (who, who.split("@")[0])])
+            print(f"{who.split('@')[0]} records and summary equal to {who}'s: {len(same) == 1}")
     if "vidur" in medians:
-        for who in scheds:
+        for who in roots:
             print(f"{who} / vidur = {medians[who] / medians['vidur']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")

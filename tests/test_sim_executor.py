@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engines.cost_model import RooflineCostModel, StepShape
-from engines.executors.sim import SimExecutor, rule_token
+from engines.executors.sim import SimExecutor, rule_token, rule_tokens
 from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.conformance import fake_token
 from schedulers.contract import Request, ScheduledChunk, StepPlan
@@ -81,6 +81,15 @@ def test_rule_token() -> None:
     assert rule_token(0, 3) == 4190  # 3 + (3 * 104729) % 31000
     assert rule_token(12, 100) == 27931  # 3 + (12*7919 + 100*104729) % 31000
     assert rule_token(12, 100) == fake_token("r12", 100)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 97, 4096, 30999, 31000, 31001, 62001])
+def test_rule_tokens_are_the_rule_at_consecutive_positions(n: int) -> None:
+    # decode runs take their tokens from one slice of the rule's cycle: every start residue,
+    # runs that wrap around the cycle and runs longer than it
+    for index, pos in ((0, 0), (1, 30999), (7, 123456), (19365, 4095), (10**6, 10**7 + 3)):
+        assert rule_tokens(index, pos, n) == [rule_token(index, p)
+                                              for p in range(pos, pos + n)]
 
 
 def test_tokens_follow_the_rule_and_eos_comes_at_the_output_length() -> None:

@@ -29,6 +29,29 @@ def rule_token(index: int, seq_len: int) -> int:
     return 3 + (index * 7919 + seq_len * 104729) % 31000
 
 
+# A request's rule tokens at consecutive positions step through the residues mod 31,000 by
+# 104,729 % 31,000 = 11,729 (coprime with 31,000: one cycle through all of them). The cycle,
+# written out once (twice over, so any run of up to 31,000 positions is one slice), turns a
+# decode run's tokens into a list slice instead of a modulo per token.
+_RULE_MOD = 31000
+_RULE_STEP = 104729 % _RULE_MOD
+_cycle: list[int] = []  # _cycle[k] = 3 + k * _RULE_STEP % _RULE_MOD, k < 2 * _RULE_MOD
+_cycle_at: list[int] = []  # _cycle_at[r] = the k < _RULE_MOD with k * _RULE_STEP % _RULE_MOD == r
+
+
+def rule_tokens(index: int, seq_len: int, n: int) -> list[int]:
+    """`[rule_token(index, p) for p in range(seq_len, seq_len + n)]`, as one slice."""
+    if n > _RULE_MOD:
+        return [rule_token(index, p) for p in range(seq_len, seq_len + n)]
+    if not _cycle:
+        _cycle.extend(3 + k * _RULE_STEP % _RULE_MOD for k in range(2 * _RULE_MOD))
+        _cycle_at.extend([0] * _RULE_MOD)
+        for k in range(_RULE_MOD):
+            _cycle_at[_cycle[k] - 3] = k
+    k = _cycle_at[(index * 7919 + seq_len * 104729) % _RULE_MOD]
+    return _cycle[k:k + n]
+
+
 @dataclass(slots=True)
 class _Registered:
     index: int
@@ -151,8 +174,7 @@ class SimExecutor:
         out: list[list[int]] = []
         for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
             reg = regs[rid]
-            base = reg.index * 7919
-            toks = [3 + (base + p * 104729) % 31000 for p in range(e, e + num_steps)]
+            toks = rule_tokens(reg.index, e, num_steps)
             if (reg.eos_token_id is not None
                     and e + num_steps - 1 - reg.prompt_len + 1 == reg.eos_output_len):
                 toks[-1] = reg.eos_token_id

@@ -68,7 +68,7 @@ QPS = 5.5
 KV_TOKENS = 16384
 PAGE = 16
 BATCH_CAP = 128
-SUMMARY_VOLATILE = ("git_commit", "git_dirty", "workload_file", "config_hash")
+SUMMARY_VOLATILE = ("git_commit", "git_dirty", "workload_file", "config_hash", "overrides")
 
 
 def vidur_pairs(trace: Path) -> list[tuple[int, int]]:
@@ -171,19 +171,20 @@ if pid == 0:
     os.execvp(sys.argv[1], sys.argv[1:])
 _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - w0
-print(wall, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+print(wall, usage.ru_maxrss, os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime)
 """
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
-    """Run `cmd` to completion: wall seconds, its peak RSS (MiB), its stderr tail."""
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """Run `cmd` to completion: wall seconds, its peak RSS (MiB), its CPU seconds (user +
+    system: steadier than wall time on a shared machine)."""
     p = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], cwd=cwd, env=env,
                        capture_output=True, text=True)
-    wall_s, maxrss_kib, rc = p.stdout.split()
+    wall_s, maxrss_kib, rc, cpu_s = p.stdout.split()
     if int(rc) != 0 or p.returncode != 0:
         sys.stderr.write(p.stderr[-4000:])
         raise SystemExit(f"bench_vs_vidur: {' '.join(cmd[:4])}... failed (exit {rc})")
-    return float(wall_s), int(maxrss_kib) / 1024, p.stderr[-2000:]
+    return float(wall_s), int(maxrss_kib) / 1024, float(cpu_s)
 
 
 def record_digest(job_dir: Path) -> str:
@@ -202,16 +203,18 @@ def record_digest(job_dir: Path) -> str:
 
 
 def summary_digest(summary: dict[str, Any]) -> str:
-    """sha256 of summary.json's figures (sorted JSON), less the git state and the file path."""
+    """sha256 of summary.json's figures (sorted JSON), less the git state, the file path and
+    the overrides naming it."""
     kept = {k: v for k, v in summary.items() if k not in SUMMARY_VOLATILE}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
 def our_round(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None,
               env: dict[str, str], root: Path = ROOT) -> dict[str, Any]:
-    wall, rss, _ = timed(our_command(scheduler, pairs, job_dir, max_requests), root, env)
+    wall, rss, cpu = timed(our_command(scheduler, pairs, job_dir, max_requests), root, env)
     s = json.loads((job_dir / "summary.json").read_text())
-    return {"who": scheduler, "wall_s": round(wall, 2), "peak_rss_mib": round(rss, 1),
+    return {"who": scheduler, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "peak_rss_mib": round(rss, 1),
             "requests": s.get("completed"), "steps": s.get("num_steps"),
             "evictions": s.get("num_preemptions"), "digest": record_digest(job_dir),
             "summary_digest": summary_digest(s)}
@@ -260,10 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             if who == "vidur":
                 assert vidur_py is not None
                 vout = out / f"round{r}" / "vidur"
-                wall, rss, _ = timed(vidur_command(vidur_py, vidur_pairs_csv, vout, n),
-                                     Path(args.vidur_dir or out), env)
+                wall, rss, cpu = timed(vidur_command(vidur_py, vidur_pairs_csv, vout, n),
+                                       Path(args.vidur_dir or out), env)
                 row: dict[str, Any] = {"who": "vidur", "wall_s": round(wall, 2),
-                                       "peak_rss_mib": round(rss, 1)}
+                                       "cpu_s": round(cpu, 2), "peak_rss_mib": round(rss, 1)}
             else:
                 sched = who.split("@")[0]
                 row = our_round(sched, pairs, out / f"round{r}" / who, None, env, roots[who])
@@ -275,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             row["round"] = r
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(f"{'who':<11} {'median wall s':>13} {'rounds':<24} {'startup s':>9} "
+    print(f"{'who':<11} {'median wall s':>13} {'rounds':<24} {'cpu s':>6} {'startup s':>9} "
           f"{'peak MiB':>9} {'steps':>8} {'evict':>6}  same records")
     medians: dict[str, float] = {}
     for who in everyone:
@@ -283,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         medians[who] = statistics.median(x["wall_s"] for x in mine)
         st = [x["startup_s"] for x in mine if "startup_s" in x]
         print(f"{who:<11} {medians[who]:>13.2f} {','.join(str(x['wall_s']) for x in mine):<24} "
+              f"{statistics.median(x['cpu_s'] for x in mine):>6.2f} "
               f"{statistics.median(st) if st else float('nan'):>9.2f} "
               f"{max(x['peak_rss_mib'] for x in mine):>9.1f} {mine[0].get('steps', '')!s:>8} "
               f"{mine[0].get('evictions', '')!s:>6}  "

@@ -1,0 +1,64 @@
+"""scripts/bench_vs_vidur.py: the workload is Vidur 0.0.26's, and a tiny round runs end to end.
+
+The expected values were printed by vidur 0.0.26's own TraceRequestLengthGenerator
+(max_tokens=4096, seed 42) on data/processed_traces/splitwise_conv.csv and its
+PoissonRequestIntervalGenerator (qps 5.5) after set_seeds(42).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import itertools
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "data" / "traces"
+needs_trace = pytest.mark.skipif(
+    not (TRACES / "azure2023" / "AzureLLMInferenceTrace_conv.csv").exists(),
+    reason="traces not available")
+
+
+def _bench():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("bench_vs_vidur",
+                                                  ROOT / "scripts" / "bench_vs_vidur.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_arrivals_are_vidurs_poisson() -> None:
+    times = _bench().vidur_arrivals(19366)
+    assert times[:2] == [0.18546550677723656, 0.19007075023955272]
+    assert times[-1] == pytest.approx(3355.135595517914, abs=1e-9)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) <= 3 / 5.5 + 1e-12  # Vidur caps a gap at three mean gaps
+
+
+@needs_trace
+def test_pairs_are_vidurs_clip_and_order() -> None:
+    pairs = _bench().vidur_pairs(TRACES / "azure2023" / "AzureLLMInferenceTrace_conv.csv")
+    assert len(pairs) == 19366
+    assert pairs[:3] == [(395, 112), (1030, 403), (389, 120)]
+    assert pairs[-1] == (77, 98)
+    # clipped pairs, as vidur printed them: the excess leaves both sides in proportion
+    assert [pairs[i] for i in (18, 32, 54)] == [(4050, 45), (4048, 47), (4031, 64)]
+    assert max(p + d for p, d in pairs) == 4095
+
+
+@needs_trace
+def test_one_small_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", str(TRACES))
+    bench = _bench()
+    assert bench.main(["--rounds", "1", "--max-requests", "30", "--schedulers", "vllm",
+                       "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "workload: 30 requests" in out and "vllm" in out
+    with open(tmp_path / "vidur_conv_pairs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 30 and list(rows[0]) == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+    assert (tmp_path / "round0" / "vllm" / "requests.parquet").is_file()

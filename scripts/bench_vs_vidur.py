@@ -20,7 +20,8 @@ microsecond; our replay counts time from the first arrival, Vidur from 0) and re
 `python -m experiments.run` as a user would (whole process: imports, Hydra, the job folder
 with requests.parquet, steps.parquet, summary.json) with: workload=azure_conv on that file,
 model=llama2_7b, hardware=a100_80g, executor=sim (roofline), kv_capacity_tokens=16384, the
-context 4,096, pages of 16 tokens for both (vLLM block_size, SGLang page_size) and a batch
+context 4,096, pages of 16 tokens for both (vLLM block_size, SGLang page_size;
+`--sglang-page-size 1` for SGLang's own default) and a batch
 cap of 128 (vLLM max_num_seqs, SGLang max_running_requests).
 
 Per round and scheduler it prints the process's wall seconds, its peak RSS (os.wait4), the
@@ -124,11 +125,13 @@ def write_workload(out: Path, max_requests: int | None) -> tuple[Path, Path, int
     return ours, theirs, len(pairs)
 
 
-def our_command(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None) -> list[str]:
+def our_command(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None,
+                sglang_page_size: int = PAGE) -> list[str]:
     """`python -m experiments.run` for one of our schedulers on the pairs."""
     cap = ([f"scheduler.block_size={PAGE}", f"scheduler.max_num_seqs={BATCH_CAP}"]
            if scheduler == "vllm" else
-           [f"scheduler.page_size={PAGE}", f"scheduler.max_running_requests={BATCH_CAP}"])
+           [f"scheduler.page_size={sglang_page_size}",
+            f"scheduler.max_running_requests={BATCH_CAP}"])
     return [sys.executable, "-m", "experiments.run", f"scheduler={scheduler}",
             "workload=azure_conv", f"workload.file={pairs}",
             f"workload.max_requests={'null' if max_requests is None else max_requests}",
@@ -210,8 +213,10 @@ def summary_digest(summary: dict[str, Any]) -> str:
 
 
 def our_round(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None,
-              env: dict[str, str], root: Path = ROOT) -> dict[str, Any]:
-    wall, rss, cpu = timed(our_command(scheduler, pairs, job_dir, max_requests), root, env)
+              env: dict[str, str], root: Path = ROOT, sglang_page_size: int = PAGE
+              ) -> dict[str, Any]:
+    wall, rss, cpu = timed(our_command(scheduler, pairs, job_dir, max_requests,
+                                       sglang_page_size), root, env)
     s = json.loads((job_dir / "summary.json").read_text())
     return {"who": scheduler, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "peak_rss_mib": round(rss, 1),
@@ -237,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a venv folder (or python executable) with vidur 0.0.26 installed")
     ap.add_argument("--vidur-dir", default=None,
                     help="the folder Vidur runs in (its cache); default: --out")
+    ap.add_argument("--sglang-page-size", type=int, default=PAGE,
+                    help=f"SGLang's page_size (default {PAGE}, as vLLM's block; upstream's "
+                         "own default is 1)")
     ap.add_argument("--baseline", default=None,
                     help="another checkout of this project (an older commit, say): its "
                          "schedulers run too, alternated with ours, as <scheduler>@base")
@@ -269,11 +277,12 @@ def main(argv: list[str] | None = None) -> int:
                                        "cpu_s": round(cpu, 2), "peak_rss_mib": round(rss, 1)}
             else:
                 sched = who.split("@")[0]
-                row = our_round(sched, pairs, out / f"round{r}" / who, None, env, roots[who])
+                row = our_round(sched, pairs, out / f"round{r}" / who, None, env, roots[who],
+                                args.sglang_page_size)
                 row["who"] = who
                 if args.startup:
                     sw, _, _ = timed(our_command(sched, pairs, out / f"round{r}" / f"{who}_1",
-                                                 1), roots[who], env)
+                                                 1, args.sglang_page_size), roots[who], env)
                     row["startup_s"] = round(sw, 2)
             row["round"] = r
             rows.append(row)

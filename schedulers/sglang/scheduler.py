@@ -421,9 +421,14 @@ class SglangScheduler:
         if ps == 1:
             k = min(k, room // len(reqs))
         else:
+            # pages are needed at step j by the requests whose committed length then hits a
+            # page boundary: those of residue (-j) mod ps
+            by_residue = [0] * ps
+            for r in reqs:
+                by_residue[r.kv_committed_len % ps] += 1
             need = 0
-            for j in range(k):  # pages are needed by requests whose committed length hits a page
-                need += ps * sum(1 for r in reqs if (r.kv_committed_len + j) % ps == 0)
+            for j in range(k):
+                need += ps * by_residue[-j % ps]
                 if need > room:
                     k = j
                     break

@@ -148,3 +148,24 @@ def test_stats() -> None:
     assert (st.num_running, st.num_waiting, st.kv_capacity_tokens) == (1, 0, 200)
     # the prompt's slots are locked by the running request: used, not evictable cache
     assert st.kv_used_tokens == 20 and st.kv_cached_tokens == 0
+
+
+def test_paged_decode_steps_counts_the_pages_each_step_allocates() -> None:
+    # a decode run's memory bound with pages: step j allocates one page for every request
+    # whose committed length plus j is a multiple of the page size
+    import random
+
+    from schedulers.sglang.scheduler import paged_decode_steps
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        ps = rng.choice([2, 3, 4, 16])
+        lens = [rng.randrange(1, 200) for _ in range(rng.randrange(1, 9))]
+        limit, room = rng.randrange(0, 60), rng.randrange(0, 400)
+        expected, need = limit, 0
+        for j in range(limit):
+            need += ps * sum(1 for n in lens if (n + j) % ps == 0)
+            if need > room:
+                expected = j
+                break
+        assert paged_decode_steps(lens, ps, limit, room) == expected, (lens, ps, limit, room)

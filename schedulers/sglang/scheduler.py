@@ -40,6 +40,22 @@ from schedulers.sglang.schedule_batch import ScheduleBatch
 from schedulers.sglang.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
 
 
+def paged_decode_steps(committed_lens: list[int], page_size: int, limit: int, room: int
+                       ) -> int:
+    """How many of the next `limit` decode steps fit in `room` free plus evictable slots:
+    step j allocates a page for every request whose committed length plus j is a multiple of
+    `page_size` (counted per residue: those of residue -j mod page_size)."""
+    by_residue = [0] * page_size
+    for n in committed_lens:
+        by_residue[n % page_size] += 1
+    need = 0
+    for j in range(limit):
+        need += page_size * by_residue[-j % page_size]
+        if need > room:
+            return j
+    return limit
+
+
 class SglangScheduler:
     """The SGLang scheduler: radix prefix cache, prefill-first batches, decode retraction."""
 
@@ -421,17 +437,7 @@ class SglangScheduler:
         if ps == 1:
             k = min(k, room // len(reqs))
         else:
-            # pages are needed at step j by the requests whose committed length then hits a
-            # page boundary: those of residue (-j) mod ps
-            by_residue = [0] * ps
-            for r in reqs:
-                by_residue[r.kv_committed_len % ps] += 1
-            need = 0
-            for j in range(k):
-                need += ps * by_residue[-j % ps]
-                if need > room:
-                    k = j
-                    break
+            k = paged_decode_steps([r.kv_committed_len for r in reqs], ps, k, room)
         if k <= 0:
             return None
         return DecodeRun(

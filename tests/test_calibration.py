@@ -96,11 +96,11 @@ def test_slow_small_decode_batches_get_their_factor() -> None:
 
 
 def test_bad_input_is_named(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="step_shapes.parquet"):
+    with pytest.raises(FileNotFoundError, match=r"step_shapes\.parquet"):
         load_steps([tmp_path])
     steps = steps_table()
     steps.loc[7, "seconds"] = 0.0
-    with pytest.raises(ValueError, match="step 8: seconds=0.0"):
+    with pytest.raises(ValueError, match=r"step 8: seconds=0\.0"):
         profile_from_steps(steps)
     with pytest.raises(ValueError, match="'attn_pairs'"):
         profile_from_steps(steps.drop(columns=["attn_pairs"]))

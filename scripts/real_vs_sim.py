@@ -93,11 +93,23 @@ class ShapeRecorder:
         s = StepShape.of(plan)
         self.rows.append({"step": plan.step, "num_tokens": s.num_tokens,
                           "attn_pairs": s.attn_pairs, "kv_read_tokens": s.kv_read_tokens,
-                          "num_seqs": s.num_seqs,
+                          "num_seqs": s.num_seqs, "padded_kv_tokens": padded_kv_tokens(plan),
                           "prefill": any(not c.sample or len(c.token_ids) > 1
                                          for c in plan.chunks),
                           "seconds": result.duration_s})
         return result
+
+
+def padded_kv_tokens(plan: StepPlan) -> int:
+    """Keys the torch kernel attends over: it pads one-token queries (decode) into one group
+    and longer ones into another, each to its longest context (mirrors kernels/torch_ref.py:
+    _groups), so a ragged batch reads rows x max context, not `kv_read_tokens`."""
+    total = 0
+    for group in ([c for c in plan.chunks if len(c.token_ids) == 1],
+                  [c for c in plan.chunks if len(c.token_ids) > 1]):
+        if group:
+            total += len(group) * max(c.start_pos + len(c.token_ids) for c in group)
+    return total
 
 
 def compose(overrides: list[str]) -> Any:

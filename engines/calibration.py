@@ -79,12 +79,13 @@ def profile_from_steps(steps: pd.DataFrame, source: Sequence[str] = (),
                          f"{float(r['seconds'])}: must be a positive finite time")
     prefill = steps["prefill"] if "prefill" in steps.columns else pd.Series(
         steps["num_tokens"] != steps["num_seqs"], index=steps.index)
-    meas = [{"kind": step_kind(int(t), int(s), bool(p)), "num_tokens": int(t),
-             "attn_pairs": int(a), "kv_read_tokens": int(r), "num_seqs": int(s),
-             "seconds": float(x)}
-            for t, a, r, s, x, p in zip(steps["num_tokens"], steps["attn_pairs"],
-                                        steps["kv_read_tokens"], steps["num_seqs"],
-                                        steps["seconds"], prefill, strict=True)]
+    meas: list[dict[str, Any]] = [
+        {"kind": step_kind(int(t), int(s), bool(p)), "num_tokens": int(t),
+         "attn_pairs": int(a), "kv_read_tokens": int(r), "num_seqs": int(s),
+         "seconds": float(x)}
+        for t, a, r, s, x, p in zip(steps["num_tokens"], steps["attn_pairs"],
+                                    steps["kv_read_tokens"], steps["num_seqs"],
+                                    steps["seconds"], prefill, strict=True)]
     base = FittedCostModel.fit([features(m["num_tokens"], m["attn_pairs"],
                                          m["kv_read_tokens"], m["num_seqs"]) for m in meas],
                                [m["seconds"] for m in meas])

@@ -104,3 +104,32 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
         profile_from_steps(steps)
     with pytest.raises(ValueError, match="'attn_pairs'"):
         profile_from_steps(steps.drop(columns=["attn_pairs"]))
+
+
+def _repeats_main(argv: list[str]) -> Any:
+    spec = importlib.util.spec_from_file_location("real_repeats",
+                                                  ROOT / "scripts" / "real_repeats.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main(argv)
+
+
+def test_repeats_compare_the_simulator_with_the_real_median(tmp_path: Path) -> None:
+    folders = []
+    for i, real in enumerate((1.0, 1.3, 0.9)):  # median 1.0; a sim of 1.05 is +5 %
+        f = tmp_path / f"run{i}"
+        f.mkdir()
+        pd.DataFrame([{"scheduler": "vllm", "statistic": "throughput", "real": real,
+                       "sim": 1.05, "rel_error_pct": 0.0, "sim_baseline": 1.2,
+                       "baseline_rel_error_pct": 0.0}]).to_csv(f / "comparison.csv",
+                                                               index=False)
+        pd.DataFrame([{"scheduler": "vllm", "profile": "p.json", "all_median_ape_pct": 3.0,
+                       "all_p90_ape_pct": 9.0, "sum_pred_over_real": 1.0}]).to_csv(
+            f / "step_error.csv", index=False)
+        folders.append(str(f))
+    out = tmp_path / "repeats.md"
+    assert _repeats_main([*folders, "--out", str(out)]) == 0
+    row = out.read_text().splitlines()[2].split(" | ")
+    # real 1, 1.3, 0.9; spread (1.3 - 0.9) / 1.0 = 40 %; sim +5 % (bold); baseline +20 %
+    assert row[2:] == ["1", "1.3", "0.9", "40 %", "1.05", "**5 %**", "1.2", "20 % |"]

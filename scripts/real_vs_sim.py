@@ -22,11 +22,14 @@ the real run produced. Writes under `--out`:
 
     python scripts/real_vs_sim.py [--out results/real_model] [--num-requests 32] [--rate 2]
         [--max-tokens 128] [--kv 512] [--profile conf/profiles/smollm2_135m_cpu.json]
-        [--baseline-profile PATH]
+        [--baseline-profile PATH] [--real-from FOLDER]
 
 With `--baseline-profile` the simulator also runs with that profile (e.g. the grid profile,
 beside an in-situ calibrated `--profile`) on the same real runs: comparison.md gains its
 columns, step_error.csv its rows (`profile` column), raw runs in runs/<scheduler>_sim_baseline.
+With `--real-from` the real runs are not run again: those of an earlier study's folder (its
+runs/<scheduler>_real: summary.json, step_shapes.parquet, output_lengths.json) are compared
+with the simulator run now (e.g. with a profile calibrated later).
 """
 
 from __future__ import annotations
@@ -193,7 +196,8 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
-def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any) -> None:
+def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
+            real_root: Path | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -221,7 +225,8 @@ def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any) -> N
     fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
     for ax, sched in zip(axes[0], shapes, strict=True):
         for kind in ("real", "sim"):
-            df = pd.read_parquet(out / "runs" / f"{sched}_{kind}" / "requests.parquet")
+            root = (real_root or out) if kind == "real" else out
+            df = pd.read_parquet(root / "runs" / f"{sched}_{kind}" / "requests.parquet")
             e2e = np.sort((df["finish_time"] - df["arrival_time"]).to_numpy() * 1e3)
             ax.step(e2e, np.arange(1, len(e2e) + 1) / len(e2e), where="post", label=kind)
         ax.set(title=f"{sched}: E2E latency CDF", xlabel="E2E (ms)", ylabel="share of requests")
@@ -235,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "real_model")
     ap.add_argument("--profile", default="conf/profiles/smollm2_135m_cpu.json")
+    ap.add_argument("--real-from", type=Path, default=None,
+                    help="reuse the real runs of this earlier --out folder")
     ap.add_argument("--baseline-profile", default=None,
                     help="a second profile the simulator also runs with, for comparison")
     ap.add_argument("--schedulers", nargs="+", default=["vllm", "sglang"])
@@ -272,15 +279,21 @@ def main(argv: list[str] | None = None) -> int:
     for sched in args.schedulers:
         real_dir = out / "runs" / f"{sched}_real"
         extra = [f"scheduler={sched}", *(args.sglang if sched == "sglang" else [])]
-        summary, rows = run([*base, *extra, "executor=real", f"executor.timer={args.timer}"],
-                            real_dir, record=True)
+        if args.real_from is not None:
+            real_dir = args.real_from / "runs" / f"{sched}_real"
+            summary = json.loads((real_dir / "summary.json").read_text())
+            rows = pd.read_parquet(real_dir / "step_shapes.parquet").to_dict("records")
+        else:
+            summary, rows = run([*base, *extra, "executor=real",
+                                 f"executor.timer={args.timer}"], real_dir, record=True)
+            pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
+            req = pd.read_parquet(real_dir / "requests.parquet")
+            lengths = {str(r): int(n) for r, n in zip(req["request_id"], req["output_len"],
+                                                      strict=True)}
+            (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0)
+                                                          + "\n")
         summaries[(sched, "real")] = summary
         shapes[sched] = rows
-        pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
-        req = pd.read_parquet(real_dir / "requests.parquet")
-        lengths = {str(r): int(n) for r, n in zip(req["request_id"], req["output_len"],
-                                                  strict=True)}
-        (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
         for kind, prof, model in (("sim", args.profile, cost),
                                   ("sim_baseline", args.baseline_profile, baseline)):
             if prof is None:
@@ -338,12 +351,13 @@ def main(argv: list[str] | None = None) -> int:
             cells += [fmt(summaries[(s, "real")].get(key)), fmt(summaries[(s, "sim")].get(key))]
         q.append(f"| {label} | " + " | ".join(cells) + " |")
     (out / "questions.md").write_text("\n".join(q) + "\n")
-    figures(out, shapes, cost)
+    figures(out, shapes, cost, args.real_from)
     study = {
         "command": "python scripts/real_vs_sim.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
         "overrides": base, "sglang_overrides": args.sglang, "profile": args.profile,
         "baseline_profile": args.baseline_profile,
+        "real_from": str(args.real_from) if args.real_from else None,
         "cost_model": args.cost_model, "timer": args.timer, "schedulers": args.schedulers,
         "load_average_at_end": list(__import__("os").getloadavg()),
         "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1),

@@ -22,7 +22,7 @@ py=${PYTHON:-.venv/bin/python}
 export OMP_NUM_THREADS=1 CI=${CI:-true}
 grid=conf/profiles/smollm2_135m_cpu.json
 insitu=conf/profiles/smollm2_135m_cpu_insitu.json
-out=results/real_model
+out=${OUT:-results/real_model}  # OUT=<folder>: results elsewhere
 reprofile=0 recalibrate=0 repeats=4
 while [ $# -gt 0 ]; do
     case "$1" in

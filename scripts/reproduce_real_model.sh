@@ -5,7 +5,7 @@
 # simulator, side by side. The simulator's cost model is calibrated in situ: fitted to the
 # steps of real runs on a calibration workload (seed 1: other prompts, other arrivals), then
 # validated on the study's workload (seed 0), with the grid profile's simulator beside it.
-# Results: results/real_model/ (raw runs in results/real_model/*/runs/, ignored by git).
+# Results: results/real_model/ or $OUT (raw runs in its */runs/, ignored by git).
 #   scripts/reproduce_real_model.sh [--reprofile] [--recalibrate] [--repeats N]
 #       [real_vs_sim.py options, e.g. --kv 384]
 #   --reprofile    re-measure the grid profile (scripts/profile_executor.py --grid small)

@@ -4,6 +4,8 @@
     python scripts/profile_executor.py [--model-path DIR] [--out conf/profiles/NAME.json]
         [--kernel torch] [--dtype float32] [--device cpu] [--threads 1] [--repeats 5]
         [--validate-requests 40] [--grid default|small] [--timer wall|cpu]
+    python scripts/profile_executor.py --from-run RUN_DIR [RUN_DIR ...] --out PATH
+        [--base-profile conf/profiles/NAME.json]
 
 Without `--model-path` a tiny random Llama checkpoint (4 layers, hidden 256; see
 engines/model/tiny.py) is written to a temporary folder and profiled. The grid:
@@ -24,6 +26,12 @@ Validation: a real run (vLLM scheduler, a synthetic workload of `--validate-requ
 requests, chunked prefill, the same executor) is replayed; its measured steps are held out
 of the fit, and the median absolute percentage error (MAPE) of the fitted model's predictions
 over them is printed (and stored in the profile as `validation`).
+
+`--from-run` (in-situ calibration, engines/calibration.py): no grid is measured; the profile's
+measurements are the steps of real engine runs (the `step_shapes.parquet` that
+scripts/real_vs_sim.py writes for each real run), so the cost model is fitted to steps as
+they run inside an engine. Calibrate on a workload other than the one you validate on (e.g.
+another seed). `--base-profile` lends the grid profile's model and hardware descriptions.
 """
 
 from __future__ import annotations
@@ -214,7 +222,9 @@ def hardware_info(device: str, threads: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-path", default=None)
-    ap.add_argument("--out", default=str(ROOT / "conf" / "profiles" / "tiny_llama_cpu.json"))
+    ap.add_argument("--out", default=None,
+                    help="profile JSON (default conf/profiles/tiny_llama_cpu.json; "
+                         "required with --from-run)")
     ap.add_argument("--kernel", default="torch")
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--device", default="cpu")
@@ -226,7 +236,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="CPU step time: wall clock or the process's CPU time (one thread)")
     ap.add_argument("--grid", default="default", choices=("default", "small"),
                     help="the step shapes measured (small: short chat workloads)")
+    ap.add_argument("--from-run", nargs="+", default=None, metavar="RUN_DIR",
+                    help="fit to the steps of these real runs instead of measuring a grid")
+    ap.add_argument("--base-profile", default=None,
+                    help="with --from-run: a grid profile whose model/hardware it copies")
     args = ap.parse_args(argv)
+    if args.from_run:
+        if args.out is None:
+            ap.error("--from-run needs --out (the calibrated profile's path)")
+        return from_runs(args, argv)
+    if args.out is None:
+        args.out = str(ROOT / "conf" / "profiles" / "tiny_llama_cpu.json")
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,6 +299,28 @@ def main(argv: list[str] | None = None) -> int:
         f"{k}={v:.3e}" for k, v in model.describe().items()))
     print(f"MAPE on the grid: {fit_mape:.1f}%")
     print(f"MAPE on {len(held)} held-out steps of a real run: {val_mape:.1f}%")
+    print(f"wrote {out}")
+    return 0
+
+
+def from_runs(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """`--from-run`: write a profile fitted to the steps of real runs."""
+    from engines.calibration import load_steps, profile_from_steps
+
+    base = json.loads(Path(args.base_profile).read_text()) if args.base_profile else None
+    steps = load_steps(args.from_run)
+    profile = profile_from_steps(steps, source=args.from_run, base_profile=base)
+    profile["command"] = "python scripts/profile_executor.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(profile, indent=1) + "\n")
+    fit = profile["fit"]
+    print(f"{len(steps)} steps of {len(args.from_run)} run(s); fit: " + ", ".join(
+        f"{k}={v:.3e}" for k, v in fit["coefficients"].items()))
+    print("decode factors: " + ", ".join(f"{b}: {f:.2f}"
+                                         for b, f in fit["decode_factors"].items()))
+    print(f"MAPE on its own steps: {fit['mape_pct_on_steps']:.1f}%")
     print(f"wrote {out}")
     return 0
 

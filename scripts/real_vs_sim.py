@@ -22,6 +22,14 @@ the real run produced. Writes under `--out`:
 
     python scripts/real_vs_sim.py [--out results/real_model] [--num-requests 32] [--rate 2]
         [--max-tokens 128] [--kv 512] [--profile conf/profiles/smollm2_135m_cpu.json]
+        [--baseline-profile PATH] [--real-from FOLDER]
+
+With `--baseline-profile` the simulator also runs with that profile (e.g. the grid profile,
+beside an in-situ calibrated `--profile`) on the same real runs: comparison.md gains its
+columns, step_error.csv its rows (`profile` column), raw runs in runs/<scheduler>_sim_baseline.
+With `--real-from` the real runs are not run again: those of an earlier study's folder (its
+runs/<scheduler>_real: summary.json, step_shapes.parquet, output_lengths.json) are compared
+with the simulator run now (e.g. with a profile calibrated later).
 """
 
 from __future__ import annotations
@@ -88,11 +96,23 @@ class ShapeRecorder:
         s = StepShape.of(plan)
         self.rows.append({"step": plan.step, "num_tokens": s.num_tokens,
                           "attn_pairs": s.attn_pairs, "kv_read_tokens": s.kv_read_tokens,
-                          "num_seqs": s.num_seqs,
+                          "num_seqs": s.num_seqs, "padded_kv_tokens": padded_kv_tokens(plan),
                           "prefill": any(not c.sample or len(c.token_ids) > 1
                                          for c in plan.chunks),
                           "seconds": result.duration_s})
         return result
+
+
+def padded_kv_tokens(plan: StepPlan) -> int:
+    """Keys the torch kernel attends over: it pads one-token queries (decode) into one group
+    and longer ones into another, each to its longest context (mirrors kernels/torch_ref.py:
+    _groups), so a ragged batch reads rows x max context, not `kv_read_tokens`."""
+    total = 0
+    for group in ([c for c in plan.chunks if len(c.token_ids) == 1],
+                  [c for c in plan.chunks if len(c.token_ids) > 1]):
+        if group:
+            total += len(group) * max(c.start_pos + len(c.token_ids) for c in group)
+    return total
 
 
 def compose(overrides: list[str]) -> Any:
@@ -176,7 +196,8 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
-def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any) -> None:
+def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
+            real_root: Path | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,7 +225,8 @@ def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any) -> N
     fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
     for ax, sched in zip(axes[0], shapes, strict=True):
         for kind in ("real", "sim"):
-            df = pd.read_parquet(out / "runs" / f"{sched}_{kind}" / "requests.parquet")
+            root = (real_root or out) if kind == "real" else out
+            df = pd.read_parquet(root / "runs" / f"{sched}_{kind}" / "requests.parquet")
             e2e = np.sort((df["finish_time"] - df["arrival_time"]).to_numpy() * 1e3)
             ax.step(e2e, np.arange(1, len(e2e) + 1) / len(e2e), where="post", label=kind)
         ax.set(title=f"{sched}: E2E latency CDF", xlabel="E2E (ms)", ylabel="share of requests")
@@ -218,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "real_model")
     ap.add_argument("--profile", default="conf/profiles/smollm2_135m_cpu.json")
+    ap.add_argument("--real-from", type=Path, default=None,
+                    help="reuse the real runs of this earlier --out folder")
+    ap.add_argument("--baseline-profile", default=None,
+                    help="a second profile the simulator also runs with, for comparison")
     ap.add_argument("--schedulers", nargs="+", default=["vllm", "sglang"])
     ap.add_argument("--num-requests", type=int, default=32)
     ap.add_argument("--rate", type=float, default=2.0)
@@ -242,50 +268,76 @@ def main(argv: list[str] | None = None) -> int:
             f"workload.max_tokens={args.max_tokens}", f"kv_capacity_tokens={args.kv}",
             f"seed={args.seed}", "model=smollm2_135m", "workload=smollm2_prompts",
             "progress=off"]
-    cost: Any = (DecodeBatchCostModel if args.cost_model == "profile_batch"
-                 else FittedCostModel).from_profile(ROOT / args.profile)
+    model_cls: Any = (DecodeBatchCostModel if args.cost_model == "profile_batch"
+                      else FittedCostModel)
+    cost: Any = model_cls.from_profile(ROOT / args.profile)
+    baseline: Any = (model_cls.from_profile(ROOT / args.baseline_profile)
+                     if args.baseline_profile else None)
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
     shapes: dict[str, list[dict[str, Any]]] = {}
     errors: list[dict[str, Any]] = []
     for sched in args.schedulers:
         real_dir = out / "runs" / f"{sched}_real"
         extra = [f"scheduler={sched}", *(args.sglang if sched == "sglang" else [])]
-        summary, rows = run([*base, *extra, "executor=real", f"executor.timer={args.timer}"],
-                            real_dir, record=True)
+        if args.real_from is not None:
+            real_dir = args.real_from / "runs" / f"{sched}_real"
+            summary = json.loads((real_dir / "summary.json").read_text())
+            rows = pd.read_parquet(real_dir / "step_shapes.parquet").to_dict("records")
+        else:
+            summary, rows = run([*base, *extra, "executor=real",
+                                 f"executor.timer={args.timer}"], real_dir, record=True)
+            pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
+            req = pd.read_parquet(real_dir / "requests.parquet")
+            lengths = {str(r): int(n) for r, n in zip(req["request_id"], req["output_len"],
+                                                      strict=True)}
+            (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0)
+                                                          + "\n")
         summaries[(sched, "real")] = summary
         shapes[sched] = rows
-        pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
-        req = pd.read_parquet(real_dir / "requests.parquet")
-        lengths = {str(r): int(n) for r, n in zip(req["request_id"], req["output_len"],
-                                                  strict=True)}
-        (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
-        summaries[(sched, "sim")], _ = run(
-            [*base, *extra, "executor=sim", f"executor.cost_model={args.cost_model}",
-             f"executor.profile={args.profile}",
-             f"workload.output_lengths={real_dir / 'output_lengths.json'}"],
-            out / "runs" / f"{sched}_sim")
-        errors.append({"scheduler": sched, **step_errors(rows, cost)})
+        for kind, prof, model in (("sim", args.profile, cost),
+                                  ("sim_baseline", args.baseline_profile, baseline)):
+            if prof is None:
+                continue
+            summaries[(sched, kind)], _ = run(
+                [*base, *extra, "executor=sim", f"executor.cost_model={args.cost_model}",
+                 f"executor.profile={prof}",
+                 f"workload.output_lengths={real_dir / 'output_lengths.json'}"],
+                out / "runs" / f"{sched}_{kind}")
+            errors.append({"scheduler": sched, "profile": prof, **step_errors(rows, model)})
     err = pd.DataFrame(errors)
     err.to_csv(out / "step_error.csv", index=False, float_format="%.2f")
     comp = []
     for sched in args.schedulers:
         real, sim = summaries[(sched, "real")], summaries[(sched, "sim")]
+        bsim = summaries.get((sched, "sim_baseline"))
         for key, label in STATS:
-            comp.append({"scheduler": sched, "statistic": label, "real": real.get(key),
-                         "sim": sim.get(key), "rel_error_pct": pct(sim.get(key), real.get(key))})
+            row = {"scheduler": sched, "statistic": label, "real": real.get(key),
+                   "sim": sim.get(key), "rel_error_pct": pct(sim.get(key), real.get(key))}
+            if bsim is not None:
+                row |= {"sim_baseline": bsim.get(key),
+                        "baseline_rel_error_pct": pct(bsim.get(key), real.get(key))}
+            comp.append(row)
     comp_df = pd.DataFrame(comp)
     comp_df.to_csv(out / "comparison.csv", index=False, float_format="%.4g")
-    lines = ["| scheduler | statistic | real | sim | sim vs real |", "|---|---|---|---|---|"]
+    if baseline is None:
+        lines = ["| scheduler | statistic | real | sim | sim vs real |", "|---|---|---|---|---|"]
+    else:
+        lines = [f"sim: `{args.profile}`; baseline: `{args.baseline_profile}`", "",
+                 "| scheduler | statistic | real | sim | sim vs real | baseline sim | "
+                 "baseline vs real |", "|---|---|---|---|---|---|---|"]
     for r in comp:
         lines.append(f"| {r['scheduler']} | {r['statistic']} | {fmt(r['real'])} | "
-                     f"{fmt(r['sim'])} | {fmt(r['rel_error_pct'])} % |")
+                     f"{fmt(r['sim'])} | {fmt(r['rel_error_pct'])} % |"
+                     + (f" {fmt(r['sim_baseline'])} | {fmt(r['baseline_rel_error_pct'])} % |"
+                        if baseline is not None else ""))
     lines += ["", "Step time, profile prediction against the real run's measured steps "
               "(absolute percentage error):", "",
-              "| scheduler | steps | median | p90 | decode steps: median / p90 | "
+              "| scheduler | profile | steps | median | p90 | decode steps: median / p90 | "
               "steps with prefill: median / p90 | sum predicted / sum measured |",
-              "|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|"]
     for e in errors:
-        lines.append(f"| {e['scheduler']} | {e['all_steps']} | {e['all_median_ape_pct']:.1f} % "
+        lines.append(f"| {e['scheduler']} | {Path(e['profile']).name} | {e['all_steps']} | "
+                     f"{e['all_median_ape_pct']:.1f} % "
                      f"| {e['all_p90_ape_pct']:.1f} % | {e['decode_median_ape_pct']:.1f} / "
                      f"{e['decode_p90_ape_pct']:.1f} % ({e['decode_steps']}) | "
                      f"{e['prefill_median_ape_pct']:.1f} / {e['prefill_p90_ape_pct']:.1f} % "
@@ -299,11 +351,13 @@ def main(argv: list[str] | None = None) -> int:
             cells += [fmt(summaries[(s, "real")].get(key)), fmt(summaries[(s, "sim")].get(key))]
         q.append(f"| {label} | " + " | ".join(cells) + " |")
     (out / "questions.md").write_text("\n".join(q) + "\n")
-    figures(out, shapes, cost)
+    figures(out, shapes, cost, args.real_from)
     study = {
         "command": "python scripts/real_vs_sim.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
         "overrides": base, "sglang_overrides": args.sglang, "profile": args.profile,
+        "baseline_profile": args.baseline_profile,
+        "real_from": str(args.real_from) if args.real_from else None,
         "cost_model": args.cost_model, "timer": args.timer, "schedulers": args.schedulers,
         "load_average_at_end": list(__import__("os").getloadavg()),
         "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1),

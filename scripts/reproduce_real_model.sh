@@ -2,9 +2,17 @@
 # The three questions on a real trained model (issue 14): SmolLM2-135M-Instruct on this CPU,
 # real text prompts that end at the model's own EOS (workload=smollm2_prompts), a KV pool small
 # enough that vLLM preempts and SGLang retracts; each scheduler on the real executor and on the
-# simulator whose cost model was profiled for this model on this machine, side by side.
-# Results: results/real_model/ (raw runs in results/real_model/runs/, ignored by git).
-#   scripts/reproduce_real_model.sh [--reprofile] [real_vs_sim.py options, e.g. --kv 384]
+# simulator, side by side. The simulator's cost model is calibrated in situ: fitted to the
+# steps of real runs on a calibration workload (seed 1: other prompts, other arrivals), then
+# validated on the study's workload (seed 0), with the grid profile's simulator beside it.
+# Results: results/real_model/ or $OUT (raw runs in its */runs/, ignored by git).
+#   scripts/reproduce_real_model.sh [--reprofile] [--recalibrate] [--repeats N]
+#       [real_vs_sim.py options, e.g. --kv 384]
+#   --reprofile    re-measure the grid profile (scripts/profile_executor.py --grid small)
+#   --recalibrate  re-run the calibration workload on the real executor and refit the in-situ
+#                  profile (profile_executor.py --from-run); without it the committed one is used
+#   --repeats N    real runs of the study's workload (default 4; the first in results/real_model,
+#                  the others in results/real_model/repeatK), summarized by real_repeats.py
 # Builds the checkpoint first when models/ lacks it (`make model`). One torch thread, and step
 # times measured as the process's CPU time (executor.timer=cpu, profile --timer cpu): on a CPU
 # shared with other work, wall-clock steps include waiting for a core, unevenly over time.
@@ -12,14 +20,36 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 export OMP_NUM_THREADS=1 CI=${CI:-true}
-profile=conf/profiles/smollm2_135m_cpu.json
+grid=conf/profiles/smollm2_135m_cpu.json
+insitu=conf/profiles/smollm2_135m_cpu_insitu.json
+out=${OUT:-results/real_model}  # OUT=<folder>: results elsewhere
+reprofile=0 recalibrate=0 repeats=4
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --reprofile) reprofile=1; shift ;;
+        --recalibrate) recalibrate=1; shift ;;
+        --repeats) repeats=$2; shift 2 ;;
+        *) break ;;
+    esac
+done
 [ -f models/smollm2-135m-instruct/build_info.json ] || make model
-if [ "${1:-}" = "--reprofile" ] || [ ! -f "$profile" ]; then
-    [ "${1:-}" = "--reprofile" ] && shift
+start=$SECONDS
+if [ $reprofile = 1 ] || [ ! -f "$grid" ]; then
     "$py" scripts/profile_executor.py --model-path models/smollm2-135m-instruct \
-        --out "$profile" --threads 1 --repeats 5 --validate-requests 8 --grid small \
+        --out "$grid" --threads 1 --repeats 5 --validate-requests 8 --grid small \
         --timer cpu
 fi
-start=$SECONDS
-"$py" scripts/real_vs_sim.py --profile "$profile" "$@"
-echo "real_model: $((SECONDS - start)) s wall; tables and figures in results/real_model"
+if [ $recalibrate = 1 ] || [ ! -f "$insitu" ]; then
+    # Calibration workload: seed 1. Its tables (the grid profile against it) in $out/calibration.
+    "$py" scripts/real_vs_sim.py --seed 1 --profile "$grid" --out "$out/calibration" "$@"
+    "$py" scripts/profile_executor.py --from-run "$out/calibration/runs/vllm_real" \
+        "$out/calibration/runs/sglang_real" --base-profile "$grid" --out "$insitu"
+fi
+folders=()
+for i in $(seq 1 "$repeats"); do
+    dir=$out; [ "$i" -gt 1 ] && dir=$out/repeat$((i - 1))
+    "$py" scripts/real_vs_sim.py --profile "$insitu" --baseline-profile "$grid" --out "$dir" "$@"
+    folders+=("$dir")
+done
+"$py" scripts/real_repeats.py "${folders[@]}" --out "$out/repeats.md"
+echo "real_model: $((SECONDS - start)) s wall; tables and figures in $out"

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from experiments.workloads.arrivals import arrival_times, check_rate
+from experiments.workloads.field_error import field_error
 from experiments.workloads.lengths import LengthDist
 from experiments.workloads.parse import parse_params
 from experiments.workloads.tokens import random_tokens, sim_answer
@@ -49,8 +51,7 @@ class MultiTurnWorkload:
     eos_token_id: int = DEFAULT_EOS_TOKEN_ID
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"workload: {name}={getattr(self, name)!r}: {why}")
+        bad = partial(field_error, self)
 
         if self.num_conversations < 0:
             raise bad("num_conversations", "must be >= 0")

@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from experiments.workloads.arrivals import arrival_times, check_rate
+from experiments.workloads.field_error import field_error
 from experiments.workloads.parse import parse_params
 from experiments.workloads.stream import RequestStream, ordered_stream
 from schedulers.contract import Request
@@ -75,8 +77,7 @@ class PromptsWorkload:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"workload: {name}={getattr(self, name)!r}: {why}")
+        bad = partial(field_error, self)
 
         if self.num_requests < 0:
             raise bad("num_requests", "must be >= 0")

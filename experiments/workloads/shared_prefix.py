@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from experiments.workloads.arrivals import arrival_times, check_rate
+from experiments.workloads.field_error import field_error
 from experiments.workloads.parse import parse_params
 from experiments.workloads.tokens import random_tokens
 from schedulers.contract import DEFAULT_EOS_TOKEN_ID, Request
@@ -42,8 +44,7 @@ class SharedPrefixWorkload:
     eos_token_id: int = DEFAULT_EOS_TOKEN_ID
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"workload: {name}={getattr(self, name)!r}: {why}")
+        bad = partial(field_error, self)
 
         for name in ("num_groups", "prompts_per_group", "question_len", "output_len"):
             if getattr(self, name) < 1:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from experiments.traces import TraceRecord
+from experiments.workloads.field_error import field_error
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,7 @@ class ReplayOptions:
     eos_token_id: int = 2
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"workload: {name}={getattr(self, name)!r}: {why}")
+        bad = partial(field_error, self)
 
         w = self.time_window
         if w is not None and (len(w) != 2 or not w[0] < w[1] or w[0] < 0):

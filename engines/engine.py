@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -45,9 +45,6 @@ from engines.executors.base import Executor
 from engines.livelock import NoProgressError, ProgressWatch
 from engines.records import Recorder
 from schedulers.contract import Request, Scheduler, StepPlan, StepResult
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 # Consecutive chunk-less plans tolerated when they preempt something (state changed).
 _MAX_EMPTY_PLANS = 3
@@ -110,12 +107,6 @@ class EngineResult:
     def duration_s(self) -> float:
         """Virtual seconds from the first arrival to the end of the last step."""
         return self.end_time - self.start_time
-
-    def requests_df(self) -> pd.DataFrame:
-        return self.requests.to_pandas()
-
-    def steps_df(self) -> pd.DataFrame:
-        return self.steps.to_pandas()
 
 
 def _format_ids(ids: list[str]) -> str:

@@ -110,15 +110,6 @@ BUILDERS: dict[str, Callable[[WorkloadConfig], Scheduler]] = {
 }
 
 
-@dataclass
-class ReplaySummary:
-    steps: int
-    finished: int
-    aborted: int
-    preemptions: int
-    num_reqs: int
-
-
 def replay(
     cfg: WorkloadConfig, reqs: list[RequestRecord], max_steps: int = 100_000
 ) -> Iterable[dict[str, Any]]:

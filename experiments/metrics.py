@@ -42,7 +42,6 @@ from experiments.quantiles import stats_ms
 from experiments.record_source import RecordSource
 
 PERCENTILES = (90, 99)
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 SLO_KEYS = ("ttft", "tpot", "e2el")
 
 

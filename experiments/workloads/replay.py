@@ -116,12 +116,6 @@ def request_stream(records: Sequence[TraceRecord] | Selection, opts: ReplayOptio
     return stream
 
 
-def build_requests(records: Sequence[TraceRecord], opts: ReplayOptions,
-                   prompt: PromptFn) -> list[Request]:
-    """Requests `r0 ..` from transformed records; `prompt(i, record)` gives the token ids."""
-    return list(request_stream(records, opts, lambda: prompt).make())
-
-
 def random_prompts(opts: ReplayOptions) -> PromptFn:
     """Seeded random prompt ids of each record's length, drawn in request order."""
     rng = np.random.default_rng(np.random.SeedSequence(opts.seed).spawn(2)[1])
@@ -133,11 +127,6 @@ def azure_stream(w: AzureWorkload) -> RequestStream:
     now)."""
     records = list(read_trace("azure", trace_path(w.trace_dir, w.file)))
     return request_stream(select_records(records, w), w, lambda: random_prompts(w))
-
-
-def azure_workload(w: AzureWorkload) -> list[Request]:
-    """The requests of an Azure trace replay."""
-    return list(azure_stream(w))
 
 
 def mooncake_stream(w: MooncakeWorkload) -> RequestStream:
@@ -178,11 +167,6 @@ def mooncake_stream(w: MooncakeWorkload) -> RequestStream:
     return request_stream(selection, w, prompts)
 
 
-def mooncake_workload(w: MooncakeWorkload) -> list[Request]:
-    """The requests of a Mooncake trace replay."""
-    return list(mooncake_stream(w))
-
-
 def azure_stream_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> RequestStream:
     """The lazy workload of a `name: azure` config mapping."""
     return azure_stream(parse_params(AzureWorkload, cfg, seed))
@@ -192,13 +176,3 @@ def mooncake_stream_from_config(cfg: Mapping[str, Any], seed: int | None = None
                                 ) -> RequestStream:
     """The lazy workload of a `name: mooncake` config mapping."""
     return mooncake_stream(parse_params(MooncakeWorkload, cfg, seed))
-
-
-def azure_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:
-    """Build the workload of a `name: azure` config mapping."""
-    return azure_workload(parse_params(AzureWorkload, cfg, seed))
-
-
-def mooncake_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:
-    """Build the workload of a `name: mooncake` config mapping."""
-    return mooncake_workload(parse_params(MooncakeWorkload, cfg, seed))

@@ -43,10 +43,6 @@ class KVCacheManager:
         # map changed, the answer is the same.
         self._last_lookup: tuple[VllmRequest, int, int, list[KVCacheBlock], int] | None = None
 
-    @property
-    def usage(self) -> float:
-        return self.block_pool.get_usage()
-
     def get_computed_blocks(self, request: VllmRequest) -> tuple[list[KVCacheBlock], int]:
         """The longest run of cached full blocks that prefixes the request, and its length.
 

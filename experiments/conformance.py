@@ -1,10 +1,10 @@
-"""Replay a conformance workload (shared/oracles/FORMAT.md) through our schedulers and compare
+"""Replay a conformance workload (docs/CONFORMANCE.md) through our schedulers and compare
 decision logs with the ones the real upstream schedulers wrote.
 
     python -m experiments.conformance replay W.jsonl --out OURS.jsonl
     python -m experiments.conformance compare REF.jsonl OURS.jsonl
 
-The step loop is FORMAT.md's: at step k add every request whose `arrival_step <= k`, schedule,
+The step loop is the format's: at step k add every request whose `arrival_step <= k`, schedule,
 run the fake model (one token per request whose prefill is complete, value
 `3 + (i * 7919 + p * 104729) % 31000`), commit. Two logs agree at a step when `scheduled` (as a
 set of id, n, start), `preempted` (as a list) and `finished` (as a set) are equal.
@@ -28,7 +28,8 @@ RequestRecord = dict[str, Any]
 
 
 def fake_token(request_id: str, seq_len: int) -> int:
-    """FORMAT.md's token for request `r<i>` when its sequence holds `seq_len` tokens."""
+    """The conformance format's token for request `r<i>` when its sequence holds `seq_len`
+    tokens."""
     return 3 + (int(request_id[1:]) * 7919 + seq_len * 104729) % 31000
 
 
@@ -80,22 +81,9 @@ def load_workload(path: str | Path) -> tuple[WorkloadConfig, list[RequestRecord]
 
 
 def _build_vllm(cfg: WorkloadConfig) -> Scheduler:
-    from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
+    from schedulers.vllm import vllm_scheduler_from_conformance
 
-    return VllmScheduler(
-        VllmSchedulerConfig(
-            num_blocks=cfg["num_blocks"],
-            block_size=cfg.get("block_size", 16),
-            max_num_seqs=cfg.get("max_num_seqs", 128),
-            max_num_batched_tokens=cfg.get("max_num_batched_tokens", 2048),
-            max_model_len=cfg.get("max_model_len", 4096),
-            long_prefill_token_threshold=cfg.get("long_prefill_token_threshold", 0),
-            scheduler_reserve_full_isl=cfg.get("reserve_full_isl", True),
-            watermark=cfg.get("watermark", 0.0),
-            policy=cfg.get("policy", "fcfs"),
-            enable_prefix_caching=cfg.get("enable_prefix_caching", True),
-        )
-    )
+    return vllm_scheduler_from_conformance(cfg)
 
 
 def _build_sglang(cfg: WorkloadConfig) -> Scheduler:
@@ -149,7 +137,7 @@ def replay(
                 arrival_time=float(step),
                 priority=r.get("priority", 0),
                 ignore_eos=bool(r.get("ignore_eos", False)),
-                eos_token_id=None,  # FORMAT.md: requests finish by length only
+                eos_token_id=None,  # the format: requests finish by length only
             )
             reason = sched.add_request(req)
             if reason is None:
@@ -239,7 +227,7 @@ def read_steps(path: str | Path) -> list[dict[str, Any]]:
 
 
 def compare_logs(ref: list[dict[str, Any]], ours: list[dict[str, Any]]) -> Comparison:
-    """Compare two lists of step records on FORMAT.md's common fields."""
+    """Compare two lists of step records on the format's common fields."""
     agreeing = 0
     first_diff: int | None = None
     for i in range(max(len(ref), len(ours))):

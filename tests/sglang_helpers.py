@@ -10,7 +10,7 @@ from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
 
 
 def fake_token(request_id: str, seq_len: int) -> int:
-    """FORMAT.md's token (request ids are r<int>)."""
+    """The conformance format's token (request ids are r<int>)."""
     return 3 + (int(request_id[1:]) * 7919 + seq_len * 104729) % 31000
 
 

@@ -1,10 +1,11 @@
 """The simulated executor: a cost model for time, a deterministic rule for tokens.
 
-Tokens follow shared/oracles/FORMAT.md: the token sampled for request index `i` when its
-sequence holds `p` tokens (prompt plus outputs so far, i.e. `start_pos + len(token_ids)` of a
-chunk with `sample` set) is `3 + (i * 7919 + p * 104729) % 31000`, except that the token which
-brings the request's output to `eos_output_len` is the request's `eos_token_id` ("EOS at the
-request's output length"; never when `eos_token_id` is None). The rule depends only on request
+Tokens follow the conformance format (docs/CONFORMANCE.md): the token sampled for request
+index `i` when its sequence holds `p` tokens (prompt plus outputs so far, i.e.
+`start_pos + len(token_ids)` of a chunk with `sample` set) is
+`3 + (i * 7919 + p * 104729) % 31000`, except that the token which brings the request's output
+to `eos_output_len` is the request's `eos_token_id` ("EOS at the request's output length";
+never when `eos_token_id` is None). The rule depends only on request
 and position, so a recomputation after preemption samples the same tokens.
 
 KV swapped between device and host (`plan.swap_out` / `plan.swap_in`) costs its bytes (tokens
@@ -25,7 +26,8 @@ _INDEXED_ID = re.compile(r"r(\d+)")
 
 
 def rule_token(index: int, seq_len: int) -> int:
-    """FORMAT.md's token for request index `index` when its sequence holds `seq_len` tokens."""
+    """The conformance format's token for request index `index` when its sequence holds
+    `seq_len` tokens."""
     return 3 + (index * 7919 + seq_len * 104729) % 31000
 
 

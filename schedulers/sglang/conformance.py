@@ -1,4 +1,4 @@
-"""Build the scheduler from a conformance workload's config line (shared/oracles/FORMAT.md)."""
+"""Build the scheduler from a conformance workload's config line (docs/CONFORMANCE.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from schedulers.sglang.scheduler import SglangScheduler
 
 
 def config_from_conformance(cfg: Mapping[str, Any]) -> SglangSchedulerConfig:
-    """FORMAT.md's names mapped to upstream's: kv_size -> max_total_tokens, req_slots ->
+    """The format's names mapped to upstream's: kv_size -> max_total_tokens, req_slots ->
     max_running_requests (the oracle sizes the row pool and the running cap with it)."""
     cps = cfg.get("chunked_prefill_size", 8192)
     return SglangSchedulerConfig(

@@ -16,7 +16,6 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -27,6 +26,7 @@ from engines.decode_batch_cost import DecodeBatchCostModel
 from engines.executors.base import Executor
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
+from experiments.paths import project_path
 from experiments.preflight import check_real_executor
 from schedulers.contract import Scheduler
 
@@ -198,7 +198,6 @@ def build_hardware(cfg_hardware: Mapping[str, Any] | DictConfig) -> HardwareSpec
 
 
 COST_MODELS = ("roofline", "profile", "profile_batch")
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_cost_model(kind: str, profile: str | None) -> CostModel | None:
@@ -213,9 +212,7 @@ def build_cost_model(kind: str, profile: str | None) -> CostModel | None:
     if not profile:
         raise ValueError(f"executor (sim): cost_model={kind} needs executor.profile: a JSON "
                          "file from scripts/profile_executor.py (e.g. conf/profiles/*.json)")
-    path = Path(profile)
-    if not path.is_absolute() and not path.exists():
-        path = PROJECT_ROOT / path
+    path = project_path(profile)
     if kind == "profile_batch":
         return DecodeBatchCostModel.from_profile(path)
     return FittedCostModel.from_profile(path)

@@ -20,7 +20,7 @@ from experiments.job_folder import file_sha256
 def _input_paths(cfg: Mapping[str, Any]) -> dict[str, Path]:
     """The input files a config reads, by config key: the workload's trace / lengths file,
     a length distribution's `path`, the sim executor's cost-model profile."""
-    from experiments.build import PROJECT_ROOT
+    from experiments.paths import project_path
     from experiments.workloads.datasets_source import HUB_PREFIX
     from experiments.workloads.replay import trace_path
 
@@ -35,8 +35,7 @@ def _input_paths(cfg: Mapping[str, Any]) -> dict[str, Path]:
             out[f"workload.{key}.path"] = Path(str(value["path"]))
     profile = (cfg.get("executor") or {}).get("profile")
     if isinstance(profile, str) and profile:
-        p = Path(profile)
-        out["executor.profile"] = p if p.is_absolute() or p.exists() else PROJECT_ROOT / p
+        out["executor.profile"] = project_path(profile)
     return {k: p for k, p in out.items() if p.is_file()}
 
 

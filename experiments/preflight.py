@@ -14,6 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.paths import project_path
+
 
 class ConfigError(ValueError):
     """A config or command line that cannot run; the message says why and what to type."""
@@ -136,16 +138,10 @@ def explain_scheduler_keys(argv: Sequence[str], config_dir: str) -> str | None:
     return None
 
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
 def resolve_model_path(value: str) -> Path:
-    """A checkpoint path as given when it exists or is absolute, else from the project root
-    (the model groups name theirs relative to it, e.g. models/smollm2-135m-instruct)."""
-    path = Path(value).expanduser()
-    if path.is_absolute() or path.exists():
-        return path
-    return PROJECT_ROOT / path
+    """A checkpoint path (`~` expanded) as `project_path` reads it: the model groups name
+    theirs relative to the project root, e.g. models/smollm2-135m-instruct."""
+    return project_path(Path(value).expanduser())
 
 
 def check_real_executor(cfg_executor: DictConfig | Mapping[str, Any]) -> Path:

@@ -19,9 +19,8 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.paths import PROJECT_ROOT
 from experiments.workloads import RequestStream
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _git(root: Path, *args: str) -> str | None:

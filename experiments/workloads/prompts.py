@@ -19,18 +19,16 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from experiments.paths import project_path
 from experiments.workloads.arrivals import arrival_times, check_rate
 from experiments.workloads.field_error import field_error
 from experiments.workloads.parse import parse_params
 from experiments.workloads.stream import RequestStream, ordered_stream
 from schedulers.contract import Request
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 TOPICS = (
     "photosynthesis", "the water cycle", "black holes", "the French Revolution", "volcanoes",
@@ -88,12 +86,6 @@ class PromptsWorkload:
             raise bad("asks", f"must be 1..{len(ASKS)}")
 
 
-def resolve(path: str) -> Path:
-    """A path as given when it exists or is absolute, else from the project root."""
-    p = Path(path)
-    return p if p.is_absolute() or p.exists() else PROJECT_ROOT / p
-
-
 def prompt_texts(w: PromptsWorkload) -> list[tuple[str, str]]:
     """(ask label, prompt text) of every request, drawn from the seed."""
     rng = np.random.default_rng(np.random.SeedSequence(w.seed).spawn(2)[1])
@@ -111,7 +103,7 @@ def prompt_texts(w: PromptsWorkload) -> list[tuple[str, str]]:
 
 def read_output_lengths(path: str, num_requests: int) -> dict[str, int]:
     """`{request_id: output length}` from a JSON file; every request r0..r{n-1} must be named."""
-    p = resolve(path)
+    p = project_path(path)
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError) as e:
@@ -139,7 +131,7 @@ def prompts_stream(w: PromptsWorkload) -> RequestStream:
     """The requests `r0 .. r{n-1}` in arrival order (prompts tokenized up front)."""
     from engines.model.text import chat_prompt_ids, load_tokenizer
 
-    tok = load_tokenizer(str(resolve(w.tokenizer)))
+    tok = load_tokenizer(str(project_path(w.tokenizer)))
     if tok.eos_token_id is None:
         raise ValueError(f"workload: tokenizer={w.tokenizer!r}: no eos_token_id")
     eos = int(tok.eos_token_id)

@@ -42,13 +42,12 @@ import pyarrow as pa
 from engines.admission import AdmissionLimits, FrontDoor
 from engines.arrivals import ArrivalQueue
 from engines.executors.base import Executor
-from engines.livelock import NoProgressError, ProgressWatch
+from engines.livelock import NoProgressError, ProgressWatch, format_ids
 from engines.records import Recorder
 from schedulers.contract import Request, Scheduler, StepPlan, StepResult
 
 # Consecutive chunk-less plans tolerated when they preempt something (state changed).
 _MAX_EMPTY_PLANS = 3
-_SHOW_IDS = 20
 # The longest decode run committed at once (bounds the work of sizing one).
 _MAX_RUN_STEPS = 4096
 
@@ -107,11 +106,6 @@ class EngineResult:
     def duration_s(self) -> float:
         """Virtual seconds from the first arrival to the end of the last step."""
         return self.end_time - self.start_time
-
-
-def _format_ids(ids: list[str]) -> str:
-    shown = ", ".join(ids[:_SHOW_IDS])
-    return shown + (f", ... ({len(ids)} in all)" if len(ids) > _SHOW_IDS else "")
 
 
 class Engine:
@@ -239,7 +233,7 @@ class Engine:
             raise NoProgressError(
                 f"{e} (running={stats.num_running}, waiting={stats.num_waiting}, kv_used="
                 f"{stats.kv_used_tokens}/{stats.kv_capacity_tokens} slots; live: "
-                f"{_format_ids(self.recorder.live_ids())})", e.stuck_ids) from None
+                f"{format_ids(self.recorder.live_ids())})", e.stuck_ids) from None
 
     def run(self) -> EngineResult:
         """Replay every request to completion and return the records."""
@@ -271,7 +265,7 @@ class Engine:
                 live = rec.live_ids()
                 raise StepLimitError(
                     f"engine: max_steps={self.max_steps} reached at t={clock:.6f}s with "
-                    f"{len(live)} request(s) unfinished: {_format_ids(live)}")
+                    f"{len(live)} request(s) unfinished: {format_ids(live)}")
             if use_runs:
                 after = self._decode_run(clock)
                 if after is not None:
@@ -309,7 +303,7 @@ class Engine:
                 f"{len(live)} request(s) pending and no arrival due "
                 f"(running={stats.num_running}, waiting={stats.num_waiting}, "
                 f"kv_used={stats.kv_used_tokens}/{stats.kv_capacity_tokens} slots); "
-                f"stuck: {_format_ids(live)}",
+                f"stuck: {format_ids(live)}",
                 live,
             )
         self.clock = clock

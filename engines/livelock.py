@@ -19,7 +19,7 @@ from schedulers.contract import StepPlan
 
 DEFAULT_MIN_STEPS = 1000
 DEFAULT_FACTOR = 4
-_SHOW_IDS = 20
+_SHOW_IDS = 20  # request ids shown in an error message; the rest are counted
 
 
 class NoProgressError(RuntimeError):
@@ -30,8 +30,8 @@ class NoProgressError(RuntimeError):
         self.stuck_ids = stuck_ids
 
 
-def _ids(ids: Iterable[str]) -> str:
-    ids = sorted(ids)
+def format_ids(ids: list[str]) -> str:
+    """The first request ids of `ids` for an error message, and how many there are in all."""
     shown = ", ".join(ids[:_SHOW_IDS])
     return shown + (f", ... ({len(ids)} in all)" if len(ids) > _SHOW_IDS else "")
 
@@ -91,5 +91,5 @@ class ProgressWatch:
                 f"{where}no progress for {self.stalled_steps} steps (no request ended and "
                 f"none computed a new position; the limit is {self.min_steps} + "
                 f"{self.factor} x {self._total} positions reached): a livelock. Requests "
-                f"scheduled or evicted meanwhile: {_ids(stuck) or '-'}; evicted: "
-                f"{_ids(self._evicted) or '-'}", stuck)
+                f"scheduled or evicted meanwhile: {format_ids(stuck) or '-'}; evicted: "
+                f"{format_ids(sorted(self._evicted)) or '-'}", stuck)

@@ -226,12 +226,13 @@ class Engine:
 
     def _observe(self, plan: StepPlan, finished: list[tuple[str, str]], clock: float) -> None:
         try:
-            self.watch.observe(plan, (rid for rid, _ in finished),
-                               where=f"engine: {self.scheduler.name} at t={clock:.6f}s: ")
+            self.watch.observe(plan, (rid for rid, _ in finished))
         except NoProgressError as e:
+            # The context is formatted here, on the error, not on every step.
             stats = self.scheduler.stats()
             raise NoProgressError(
-                f"{e} (running={stats.num_running}, waiting={stats.num_waiting}, kv_used="
+                f"engine: {self.scheduler.name} at t={clock:.6f}s: {e} (running="
+                f"{stats.num_running}, waiting={stats.num_waiting}, kv_used="
                 f"{stats.kv_used_tokens}/{stats.kv_capacity_tokens} slots; live: "
                 f"{format_ids(self.recorder.live_ids())})", e.stuck_ids) from None
 

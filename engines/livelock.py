@@ -68,7 +68,7 @@ class ProgressWatch:
         """`request_id` has ended and left the engine."""
         self._total -= self._reached.pop(request_id, 0)
 
-    def observe(self, plan: StepPlan, ended: Iterable[str], where: str = "") -> None:
+    def observe(self, plan: StepPlan, ended: Iterable[str]) -> None:
         """One step: `plan` and the requests that ended in it (finished or aborted)."""
         progress = any(True for _ in ended) or bool(plan.aborted)
         reached = self._reached
@@ -88,7 +88,7 @@ class ProgressWatch:
         if self.stalled_steps > self.limit:
             stuck = sorted(self._evicted | self._scheduled)
             raise NoProgressError(
-                f"{where}no progress for {self.stalled_steps} steps (no request ended and "
+                f"no progress for {self.stalled_steps} steps (no request ended and "
                 f"none computed a new position; the limit is {self.min_steps} + "
                 f"{self.factor} x {self._total} positions reached): a livelock. Requests "
                 f"scheduled or evicted meanwhile: {format_ids(stuck) or '-'}; evicted: "

@@ -15,19 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from engines.errors import NoProgressError
 from schedulers.contract import StepPlan
 
 DEFAULT_MIN_STEPS = 1000
 DEFAULT_FACTOR = 4
 _SHOW_IDS = 20  # request ids shown in an error message; the rest are counted
-
-
-class NoProgressError(RuntimeError):
-    """Steps keep coming but no request ends and none reaches a new position (a livelock)."""
-
-    def __init__(self, message: str, stuck_ids: list[str]) -> None:
-        super().__init__(message)
-        self.stuck_ids = stuck_ids
 
 
 def format_ids(ids: list[str]) -> str:

@@ -21,7 +21,9 @@ request that did not complete they are outside the latency statistics and never 
 `slo_attainment` (good requests / all arrivals) counts them in its denominator.
 Everything is computed from record sources read in batches (`summarize`;
 `compute_metrics_from_files` for a run's parquet files): memory holds the scalar request
-columns and one batch of token times or steps, never all token times or all steps.
+columns and one batch of token times or steps, never all token times or all steps (the
+inter-token gaps are kept between the passes of their statistics up to
+`quantiles.REPLAY_BUDGET_BYTES`, 64 MiB, and read again from the records beyond it).
 `step_series` gives KV use and batch size over time for figures.
 """
 
@@ -38,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engines.admission import OVERLOADED
-from experiments.quantiles import stats_ms
+from experiments.quantiles import replayable, stats_ms
 from experiments.record_source import RecordSource
 
 PERCENTILES = (90, 99)
@@ -223,7 +225,7 @@ def summarize(requests: RecordSource, steps: RecordSource,
     out["max_output_tokens_per_s"] = _max_tokens_per_second(requests, start)
     for name, x in (("ttft", ttft), ("tpot", tpot)):
         out.update(_stats_ms(name, x))
-    out.update(stats_ms("itl", itl_chunks, PERCENTILES))
+    out.update(stats_ms("itl", replayable(itl_chunks), PERCENTILES))
     out.update(_stats_ms("e2el", e2el))
 
     # --- ours: request outcomes ---

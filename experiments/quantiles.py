@@ -4,7 +4,9 @@
 64-bit key: four passes over the stream, each a 65,536-bucket histogram of the next 16 bits
 among values that share the prefix found so far. `stats_ms` then gives the same numbers as
 `np.mean` / `np.median` / `np.std` / `np.percentile` (linear) of the values in ms, up to the
-rounding of a chunked sum for the mean and the standard deviation.
+rounding of a chunked sum for the mean and the standard deviation. Both read the stream
+several times (six passes for `stats_ms`); `replayable` keeps the first pass in memory when it
+fits a budget, so that a stream read from a file is read once.
 """
 
 from __future__ import annotations
@@ -17,6 +19,38 @@ import numpy as np
 _SIGN = np.uint64(1 << 63)
 _BITS = 16
 _LEVELS = 64 // _BITS
+
+
+# What `replayable` may keep of a stream by default: 8 Mi float64 values.
+REPLAY_BUDGET_BYTES = 64 << 20
+
+
+def replayable(chunks: Callable[[], Iterable[np.ndarray]],
+               budget_bytes: int = REPLAY_BUDGET_BYTES) -> Callable[[], Iterator[np.ndarray]]:
+    """`chunks`, but the first complete pass is kept while its arrays total at most
+    `budget_bytes`, and later passes yield the kept arrays instead of calling `chunks` again
+    (the same arrays in the same order). Over the budget, every pass calls `chunks`."""
+    kept: list[np.ndarray] | None = None
+
+    def passes() -> Iterator[np.ndarray]:
+        nonlocal kept
+        if kept is not None:
+            yield from kept
+            return
+        pending: list[np.ndarray] | None = []
+        size = 0
+        for chunk in chunks():
+            if pending is not None:
+                size += chunk.nbytes
+                if size <= budget_bytes:
+                    pending.append(chunk)
+                else:
+                    pending = None
+            yield chunk
+        if pending is not None:
+            kept = pending
+
+    return passes
 
 
 def _keys(x: np.ndarray) -> np.ndarray:

@@ -277,3 +277,17 @@ def test_same_seed_same_bytes(name: str, tmp_path: Path) -> None:
     assert a_req.read_bytes() == b_req.read_bytes()
     assert a_steps.read_bytes() == b_steps.read_bytes()
     assert pq.read_table(a_req).num_rows == 60
+
+
+def test_the_run_collects_garbage_less_often_and_puts_the_thresholds_back() -> None:
+    import gc
+
+    seen: list[tuple[int, int, int]] = []
+    before = gc.get_threshold()
+    Engine(FcfsScheduler(256), sim(), [req(0, 8, 4)],
+           check=lambda _s: seen.append(gc.get_threshold())).run()
+    assert seen and all(t[0] >= 100_000 for t in seen)
+    assert gc.get_threshold() == before
+    with pytest.raises(StepLimitError):
+        Engine(FcfsScheduler(256), sim(), [req(0, 8, 40)], max_steps=3).run()
+    assert gc.get_threshold() == before

@@ -4,6 +4,7 @@ give the same results as the in-memory path."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from engines.records import Recorder
 from experiments.metrics import compute_metrics, compute_metrics_from_files
-from experiments.quantiles import exact_ranks, stats_ms
+from experiments.quantiles import exact_ranks, replayable, stats_ms
 from experiments.workloads import build_workload, stream_workload
 from schedulers.sglang.config import SglangSchedulerConfig
 from schedulers.sglang.scheduler import SglangScheduler
@@ -104,3 +105,27 @@ def test_exact_quantiles_equal_numpy(n: int) -> None:
     assert got["std_itl_ms"] == pytest.approx(np.std(ms), rel=1e-9, abs=1e-12)
     y = np.array([3.0, -1.5, 0.0, -0.0, 2.5, -7.0])
     assert list(exact_ranks(lambda: [y[:2], y[2:]], range(6)).values()) == sorted(y.tolist())
+
+
+@pytest.mark.parametrize("budget", [0, 40, 1 << 20])
+def test_replayable_reads_the_stream_once_when_it_fits_the_budget(budget: int) -> None:
+    parts = [np.arange(3.0), np.arange(2.0), np.zeros(0)]  # 24 + 16 + 0 bytes
+    calls = []
+
+    def chunks() -> Iterator[np.ndarray]:
+        calls.append(1)
+        return iter(parts)
+
+    again = replayable(chunks, budget)
+    first = list(again())
+    second = list(again())
+    assert all(a is b for a, b in zip(first, parts, strict=True))
+    assert [a.tolist() for a in second] == [a.tolist() for a in parts]
+    assert len(calls) == (1 if budget >= 40 else 2)
+    # a pass cut short keeps nothing: the next one reads the stream again
+    cut = replayable(chunks, 1 << 20)
+    next(cut())
+    assert len(list(cut())) == 3
+    x = np.random.default_rng(0).random(1000)
+    split = lambda: iter(np.array_split(x, 7))  # noqa: E731
+    assert stats_ms("itl", replayable(split), (90, 99)) == stats_ms("itl", split, (90, 99))

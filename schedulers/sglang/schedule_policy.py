@@ -148,11 +148,11 @@ class PrefillAdder:
         self.preempt_list: list[Req] = []
         self.new_chunked_req: Req | None = None
         # PrefillBudget: offsets include pending allocations and decode headroom
-        self.total_offset: float = 0
-        self.current_offset: float = 0
+        self.total_offset: float = 0.0
+        self.current_offset: float = 0.0
         # reserve the running requests' remaining outputs; summed left to right as
         # Python 3.11's sum() does
-        acc: float = 0
+        acc: float = 0.0
         for r in running_batch.reqs:
             acc += self._get_running_request_total_token_offset(r)
         self.total_offset += acc

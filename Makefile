@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 # a dependency cannot change a fresh clone. `make lock` refreshes it (then run make test lint).
 CONSTRAINTS := requirements/constraints.txt
 
-.PHONY: demo test lint bench model reproduce reproduce-victim-policies clean lock
+.PHONY: demo test lint bench model compiled reproduce reproduce-victim-policies clean lock
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ $(BIN)/.model-installed: $(BIN)/.installed
 model: $(BIN)/.model-installed
 	$(BIN)/python scripts/build_smollm2.py
 
+# The replay's hot modules (both schedulers, the engine, the recorder, the sim executor)
+# compiled by mypyc into build/compiled/ (about a minute); a process started with
+# SCHEDBENCH_CORE=compiled runs them instead of the sources (experiments/compiled_core.py).
+compiled: $(BIN)/.installed
+	$(BIN)/python scripts/build_compiled.py
+
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_scheduler.py
 
@@ -66,4 +72,4 @@ reproduce-victim-policies: $(BIN)/.installed
 	scripts/reproduce_victim_policies.sh
 
 clean:
-	rm -rf $(VENV) .lock-venv outputs multirun .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .lock-venv build outputs multirun .pytest_cache .mypy_cache .ruff_cache

@@ -52,7 +52,8 @@ class StepColumns:
                            for i in self._step_idx]
         self._seg_of = itemgetter(*self._seg_idx) if len(self._seg_idx) > 1 else \
             (lambda row: tuple(row[i] for i in self._seg_idx))
-        self._segments: list[tuple[Value, ...]] = []  # the per-segment fields of each segment
+        # the per-segment fields of each segment (object: bad input is caught in `table`)
+        self._segments: list[tuple[object, ...]] = []
         self._lengths = array("q")  # rows per segment
         self._num_rows = 0
 

@@ -176,5 +176,11 @@ def activate_from_env() -> CoreInfo:
 
 
 def active_core() -> CoreInfo:
-    """The core this process runs (for summary.json)."""
+    """The core this process runs."""
     return _ACTIVE
+
+
+def core_summary() -> dict[str, str | None]:
+    """summary.json's record of the core: `core` ("python" or "compiled") and `core_build`
+    (the build's digest, None for the Python sources)."""
+    return {"core": _ACTIVE.core, "core_build": _ACTIVE.build_digest}

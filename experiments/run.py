@@ -55,6 +55,7 @@ from experiments.build import (
     job_context_length,
 )
 from experiments.caveats import run_warnings
+from experiments.compiled_core import core_summary
 from experiments.config import explain_override_error, register_configs, to_container
 from experiments.input_changes import ContextCapCounter, context_limit
 from experiments.input_files import input_fingerprints
@@ -288,6 +289,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             "max_model_len": effective_context_length(scheduler, ctx),
             "max_model_len_source": ctx.source,
             **git_state(),
+            **core_summary(),
             **compute_metrics_from_files(*spool, slo_ms=_slo(cfg),
                                          kv_capacity_tokens=kv_capacity),
         }

@@ -69,7 +69,8 @@ QPS = 5.5
 KV_TOKENS = 16384
 PAGE = 16
 BATCH_CAP = 128
-SUMMARY_VOLATILE = ("git_commit", "git_dirty", "workload_file", "config_hash", "overrides")
+SUMMARY_VOLATILE = ("git_commit", "git_dirty", "workload_file", "config_hash", "overrides",
+                    "core", "core_build")
 
 
 def vidur_pairs(trace: Path) -> list[tuple[int, int]]:

@@ -111,6 +111,11 @@ class VllmRequest:
             parent = hash((parent, t[j * bs : (j + 1) * bs]))
             hashes.append(parent)
 
+    def __hash__(self) -> int:
+        # Identity, as Python gives any class without __eq__; said explicitly because a
+        # compiled class (`make compiled`) that defines __lt__ would otherwise be unhashable.
+        return object.__hash__(self)
+
     def __lt__(self, other: VllmRequest) -> bool:
         # mirrors vllm/v1/request.py: Request.__lt__ (priority, arrival time, then request id)
         if self.priority != other.priority:

@@ -1,0 +1,124 @@
+"""The compiled core (experiments/compiled_core.py, `make compiled`): refused when it cannot
+be trusted; when built, the same records as the Python sources and the real schedulers'
+decisions on every recorded conformance case."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.compiled_core import (
+    BUILD_DIR,
+    COMPILED_MODULES,
+    MANIFEST,
+    CompiledCoreError,
+    activate,
+    python_tag,
+    read_manifest,
+    source_digest,
+    source_path,
+    stale_modules,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code_or_script: list[str], core: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SCHEDBENCH_CORE": core, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *code_or_script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _fresh_manifest() -> dict[str, object]:
+    return {"python": python_tag(), "digest": "x",
+            "modules": {m: source_digest(source_path(m)) for m in COMPILED_MODULES}}
+
+
+def test_every_compiled_module_has_a_source() -> None:
+    assert all(source_path(m).is_file() for m in COMPILED_MODULES)
+    assert len(set(COMPILED_MODULES)) == len(COMPILED_MODULES)
+
+
+def test_an_unknown_core_is_refused_by_name() -> None:
+    proc = _run(["-c", "import experiments"], "fast")
+    assert proc.returncode == 2
+    assert "SCHEDBENCH_CORE='fast'" in proc.stderr and "python, compiled" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_missing_build_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CompiledCoreError, match=r"no compiled core at .* \(run `make compiled`\)"):
+        activate(build_dir=tmp_path)
+
+
+def test_a_stale_build_names_the_changed_sources(tmp_path: Path) -> None:
+    manifest = _fresh_manifest()
+    modules = manifest["modules"]
+    assert isinstance(modules, dict)
+    modules["schedulers.vllm.scheduler"] = "0" * 64
+    del modules["engines.records"]
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    assert stale_modules(read_manifest(tmp_path)) == ["schedulers.vllm.scheduler",
+                                                      "engines.records"]
+    with pytest.raises(CompiledCoreError, match=r"stale, these sources changed since: "
+                       r"schedulers/vllm/scheduler.py, engines/records.py"):
+        activate(build_dir=tmp_path)
+
+
+def test_a_build_for_another_python_is_refused(tmp_path: Path) -> None:
+    manifest = {**_fresh_manifest(), "python": "cpython-39-linux"}
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CompiledCoreError, match="is for cpython-39-linux"):
+        activate(build_dir=tmp_path)
+
+
+def _built() -> str | None:
+    """Why the build cannot be used here, or None when it can."""
+    try:
+        manifest = read_manifest(BUILD_DIR)
+    except CompiledCoreError:
+        return "no compiled core: run `make compiled` (CI does)"
+    if manifest.get("python") != python_tag():
+        return "the compiled core is for another Python: run `make compiled`"
+    stale = stale_modules(manifest)
+    return f"the compiled core is stale ({', '.join(stale)}): run `make compiled`" if stale \
+        else None
+
+
+needs_build = pytest.mark.skipif(_built() is not None, reason=_built() or "")
+
+
+@needs_build
+def test_compiled_records_equal_the_python_sources() -> None:
+    runs = {}
+    for core in ("python", "compiled"):
+        proc = _run(["tests/compiled_core_check.py"], core)
+        assert proc.returncode == 0, proc.stderr
+        runs[core] = json.loads(proc.stdout)
+    suffix = {core: {Path(f).suffix for f in runs[core]["modules"].values()}
+              for core in runs}
+    assert suffix == {"python": {".py"}, "compiled": {".so"}}
+    assert runs["compiled"]["runs"] == runs["python"]["runs"]
+    # every configuration preempts or retracts, so the eviction paths were compared too
+    assert all(evictions > 0 for _, _, evictions in runs["python"]["runs"])
+
+
+@needs_build
+def test_compiled_core_agrees_with_the_real_schedulers_and_its_decode_runs() -> None:
+    # the conformance cases and the decode-run property, in a process whose schedulers and
+    # engine are the compiled ones (importing experiments first applies SCHEDBENCH_CORE)
+    code = ("import sys, experiments, pytest; "
+            "import schedulers.vllm.scheduler as v, engines.engine as e; "
+            "assert v.__file__.endswith('.so') and e.__file__.endswith('.so'); "
+            "sys.exit(pytest.main(['-o', 'addopts=', '-q', '-p', 'no:cacheprovider', "
+            "'tests/test_conformance_vllm.py', 'tests/test_conformance_sglang.py', "
+            "'tests/test_decode_runs.py']))")
+    proc = _run(["-c", code], "compiled")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"\b[1-9]\d* passed", proc.stdout) and "failed" not in proc.stdout

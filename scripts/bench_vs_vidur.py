@@ -2,7 +2,8 @@
 """Whole-run replay time against Vidur 0.0.26 on the same work (issue 16).
 
     python scripts/bench_vs_vidur.py [--rounds 3] [--schedulers vllm,sglang]
-        [--max-requests N] [--out DIR] [--vidur VENV_OR_PYTHON [--vidur-dir DIR]] [--json F]
+        [--cores python,compiled] [--max-requests N] [--out DIR] [--startup]
+        [--baseline OLD_CHECKOUT] [--vidur VENV_OR_PYTHON [--vidur-dir DIR]] [--json F]
 
 The workload: the 19,366 (prompt, output) pairs of the Azure 2023 conversation trace
 ($SCHEDBENCH_TRACE_DIR/azure2023/AzureLLMInferenceTrace_conv.csv, in file order; Vidur ships
@@ -28,7 +29,9 @@ Per round and scheduler it prints the process's wall seconds, its peak RSS (os.w
 number of steps and evictions (from summary.json) and a digest of the records (sha256 over
 requests.parquet and steps.parquet read back as Arrow tables: equal digests, same records);
 then the medians (peak RSS: a small launcher forks each command, so the figure is the
-command's own). `--startup` also times a one-request run (the fixed cost of a job).
+command's own). `--startup` also times a one-request run (the fixed cost of a job). Each
+scheduler runs on the Python sources (`vllm`) and on the compiled core (`vllm+c`,
+SCHEDBENCH_CORE=compiled after `make compiled`), and their records must be equal.
 
 With `--vidur` (a virtual environment folder or a python executable where vidur 0.0.26 is
 installed; Vidur is never a dependency of this project) every round also runs
@@ -226,6 +229,11 @@ def our_round(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | No
             "summary_digest": summary_digest(s)}
 
 
+def _scheduler_of(who: str) -> str:
+    """The scheduler of a round's name: vllm, vllm+c (compiled core), vllm@base."""
+    return who.split("@")[0].split("+")[0]
+
+
 def _digests(rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(x["digest"], x["summary_digest"]) for x in rows}
 
@@ -249,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", default=None,
                     help="another checkout of this project (an older commit, say): its "
                          "schedulers run too, alternated with ours, as <scheduler>@base")
+    ap.add_argument("--cores", default="python,compiled",
+                    help="our cores to run (SCHEDBENCH_CORE): python, compiled (`make "
+                         "compiled` first) or both; compiled rounds are named <scheduler>+c")
     ap.add_argument("--json", default=None, help="also write every round's row to this file")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
@@ -263,9 +274,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"workload: {n} requests, Poisson {QPS} req/s, KV {KV_TOKENS} tokens, page {PAGE}, "
           f"batch cap {BATCH_CAP}, llama2_7b on a100_80g ({pairs})", flush=True)
     rows: list[dict[str, Any]] = []
-    roots = {s: ROOT for s in scheds}
-    if args.baseline:
-        roots.update({f"{s}@base": Path(args.baseline).resolve() for s in scheds})
+    cores = [c for c in args.cores.split(",") if c]
+    bad = sorted(set(cores) - {"python", "compiled"})
+    if bad:
+        ap.error(f"--cores: unknown {', '.join(bad)} (valid: python, compiled)")
+    # who -> (the checkout, SCHEDBENCH_CORE)
+    roots: dict[str, tuple[Path, str]] = {}
+    for s_ in scheds:
+        for core in cores:
+            roots[s_ if core == "python" else f"{s_}+c"] = (ROOT, core)
+        if args.baseline:
+            roots[f"{s_}@base"] = (Path(args.baseline).resolve(), "python")
     everyone = [*roots, "vidur"] if vidur_py else [*roots]
     for r in range(args.rounds):
         for who in everyone:
@@ -277,13 +296,15 @@ def main(argv: list[str] | None = None) -> int:
                 row: dict[str, Any] = {"who": "vidur", "wall_s": round(wall, 2),
                                        "cpu_s": round(cpu, 2), "peak_rss_mib": round(rss, 1)}
             else:
-                sched = who.split("@")[0]
-                row = our_round(sched, pairs, out / f"round{r}" / who, None, env, roots[who],
+                sched = _scheduler_of(who)
+                root, core = roots[who]
+                env_core = {**env, "SCHEDBENCH_CORE": core}
+                row = our_round(sched, pairs, out / f"round{r}" / who, None, env_core, root,
                                 args.sglang_page_size)
                 row["who"] = who
                 if args.startup:
                     sw, _, _ = timed(our_command(sched, pairs, out / f"round{r}" / f"{who}_1",
-                                                 1, args.sglang_page_size), roots[who], env)
+                                                 1, args.sglang_page_size), root, env_core)
                     row["startup_s"] = round(sw, 2)
             row["round"] = r
             rows.append(row)
@@ -301,10 +322,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{max(x['peak_rss_mib'] for x in mine):>9.1f} {mine[0].get('steps', '')!s:>8} "
               f"{mine[0].get('evictions', '')!s:>6}  "
               f"{'' if who == 'vidur' else len(_digests(mine)) == 1}")
-    for who in roots:
-        if "@" in who:
-            same = _digests([x for x in rows if x["who"] in (who, who.split("@")[0])])
-            print(f"{who.split('@')[0]} records and summary equal to {who}'s: {len(same) == 1}")
+    for s_ in scheds:
+        variants = [who for who in roots if _scheduler_of(who) == s_]
+        same = _digests([x for x in rows if x["who"] in variants])
+        if len(variants) > 1:
+            print(f"{s_}: records and summary equal across {', '.join(variants)}: "
+                  f"{len(same) == 1}")
     if "vidur" in medians:
         for who in roots:
             print(f"{who} / vidur = {medians[who] / medians['vidur']:.3f}")

@@ -55,7 +55,7 @@ def test_one_small_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", str(TRACES))
     bench = _bench()
     assert bench.main(["--rounds", "1", "--max-requests", "30", "--schedulers", "vllm",
-                       "--out", str(tmp_path)]) == 0
+                       "--cores", "python", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "workload: 30 requests" in out and "vllm" in out
     with open(tmp_path / "vidur_conv_pairs.csv", newline="") as f:

@@ -93,8 +93,22 @@ def python_tag() -> str:
     return f"{sys.implementation.cache_tag}-{sys.platform}"
 
 
+# Packages whose every source the build depends on: the compiled modules and what they
+# import (mypyc may specialise a compiled module on the types and constants it imports).
+SOURCE_PACKAGES = ("schedulers", "engines")
+
+
+def dependency_digests(root: Path = PROJECT_ROOT) -> dict[str, str]:
+    """sha256 of every other `.py` file of `SOURCE_PACKAGES`, by path from `root`."""
+    compiled = {source_path(m, root) for m in COMPILED_MODULES}
+    return {str(p.relative_to(root)): source_digest(p)
+            for pkg in SOURCE_PACKAGES for p in sorted((root / pkg).rglob("*.py"))
+            if p not in compiled}
+
+
 def read_manifest(build_dir: Path = BUILD_DIR) -> dict[str, object]:
-    """The build's manifest: {"python": tag, "modules": {name: source sha256}, "digest": ...}."""
+    """The build's manifest: {"python": tag, "modules": {name: source sha256},
+    "dependencies": {path: sha256}, "digest": ...}."""
     path = build_dir / MANIFEST
     if not path.is_file():
         raise CompiledCoreError(
@@ -103,14 +117,19 @@ def read_manifest(build_dir: Path = BUILD_DIR) -> dict[str, object]:
     return data
 
 
-def stale_modules(manifest: dict[str, object], root: Path = PROJECT_ROOT) -> list[str]:
-    """The modules whose source differs from the one the build compiled (or that the build
-    lacks)."""
+def stale_sources(manifest: dict[str, object], root: Path = PROJECT_ROOT) -> list[str]:
+    """The sources (paths from `root`) that differ from the ones the build was made from:
+    a compiled module's, or any other file of `SOURCE_PACKAGES` (added, removed, changed)."""
     built = manifest.get("modules")
     built = built if isinstance(built, dict) else {}
-    return [m for m in COMPILED_MODULES
-            if built.get(m) is None or not source_path(m, root).is_file()
-            or built[m] != source_digest(source_path(m, root))]
+    stale = [str(source_path(m, root).relative_to(root)) for m in COMPILED_MODULES
+             if built.get(m) is None or not source_path(m, root).is_file()
+             or built[m] != source_digest(source_path(m, root))]
+    deps = manifest.get("dependencies")
+    deps = deps if isinstance(deps, dict) else {}
+    now = dependency_digests(root)
+    stale += sorted(p for p in set(deps) | set(now) if deps.get(p) != now.get(p))
+    return stale
 
 
 class _CompiledFinder(importlib.abc.MetaPathFinder):
@@ -147,12 +166,13 @@ def activate(build_dir: Path = BUILD_DIR, root: Path = PROJECT_ROOT) -> CoreInfo
         raise CompiledCoreError(
             f"{ENV_VAR}=compiled: the build at {build_dir} is for {manifest.get('python')}, "
             f"this is {python_tag()} (run `make compiled`)")
-    stale = stale_modules(manifest, root)
+    stale = stale_sources(manifest, root)
     if stale:
+        shown = ", ".join(stale[:8]) + (f" and {len(stale) - 8} more" if len(stale) > 8 else "")
         raise CompiledCoreError(
             f"{ENV_VAR}=compiled: the build at {build_dir} is stale, these sources changed "
-            f"since: {', '.join(str(source_path(m, root).relative_to(root)) for m in stale)} "
-            "(run `make compiled`, or unset the variable to run the Python sources)")
+            f"since: {shown} (run `make compiled`, or unset the variable to run the Python "
+            "sources)")
     loaded = [m for m in COMPILED_MODULES if m in sys.modules]
     if loaded:
         raise CompiledCoreError(

@@ -28,6 +28,7 @@ from experiments.compiled_core import (  # noqa: E402
     BUILD_DIR,
     COMPILED_MODULES,
     MANIFEST,
+    dependency_digests,
     python_tag,
     source_digest,
     source_path,
@@ -42,6 +43,7 @@ def build(out: Path, jobs: int) -> dict[str, object]:
 
     sources = {m: source_path(m) for m in COMPILED_MODULES}
     digests = {m: source_digest(p) for m, p in sources.items()}
+    deps = dependency_digests(ROOT)
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".compiled-", dir=out.parent))
     cwd = Path.cwd()
@@ -59,10 +61,10 @@ def build(out: Path, jobs: int) -> dict[str, object]:
     finally:
         os.chdir(cwd)
     tag = python_tag()
-    digest = hashlib.sha256(json.dumps([tag, mypy.version.__version__, digests],
+    digest = hashlib.sha256(json.dumps([tag, mypy.version.__version__, digests, deps],
                                        sort_keys=True).encode()).hexdigest()
     manifest: dict[str, object] = {"python": tag, "mypy": mypy.version.__version__,
-                                   "modules": digests, "digest": digest}
+                                   "modules": digests, "dependencies": deps, "digest": digest}
     lib = scratch / "lib"
     (lib / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     old = out.with_name(out.name + ".old")

@@ -19,11 +19,12 @@ from experiments.compiled_core import (
     MANIFEST,
     CompiledCoreError,
     activate,
+    dependency_digests,
     python_tag,
     read_manifest,
     source_digest,
     source_path,
-    stale_modules,
+    stale_sources,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,8 @@ def _run(code_or_script: list[str], core: str) -> subprocess.CompletedProcess[st
 
 def _fresh_manifest() -> dict[str, object]:
     return {"python": python_tag(), "digest": "x",
-            "modules": {m: source_digest(source_path(m)) for m in COMPILED_MODULES}}
+            "modules": {m: source_digest(source_path(m)) for m in COMPILED_MODULES},
+            "dependencies": dependency_digests()}
 
 
 def test_every_compiled_module_has_a_source() -> None:
@@ -63,11 +65,16 @@ def test_a_stale_build_names_the_changed_sources(tmp_path: Path) -> None:
     assert isinstance(modules, dict)
     modules["schedulers.vllm.scheduler"] = "0" * 64
     del modules["engines.records"]
+    deps = manifest["dependencies"]
+    assert isinstance(deps, dict) and "schedulers/contract.py" in deps
+    deps["schedulers/contract.py"] = "0" * 64  # a module the compiled ones import
+    deps["engines/gone.py"] = "0" * 64  # a source removed since the build
     (tmp_path / MANIFEST).write_text(json.dumps(manifest))
-    assert stale_modules(read_manifest(tmp_path)) == ["schedulers.vllm.scheduler",
-                                                      "engines.records"]
+    stale = ["schedulers/vllm/scheduler.py", "engines/records.py", "engines/gone.py",
+             "schedulers/contract.py"]
+    assert stale_sources(read_manifest(tmp_path)) == stale
     with pytest.raises(CompiledCoreError, match=r"stale, these sources changed since: "
-                       r"schedulers/vllm/scheduler.py, engines/records.py"):
+                       + re.escape(", ".join(stale))):
         activate(build_dir=tmp_path)
 
 
@@ -86,7 +93,7 @@ def _built() -> str | None:
         return "no compiled core: run `make compiled` (CI does)"
     if manifest.get("python") != python_tag():
         return "the compiled core is for another Python: run `make compiled`"
-    stale = stale_modules(manifest)
+    stale = stale_sources(manifest)
     return f"the compiled core is stale ({', '.join(stale)}): run `make compiled`" if stale \
         else None
 

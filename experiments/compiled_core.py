@@ -113,7 +113,14 @@ def read_manifest(build_dir: Path = BUILD_DIR) -> dict[str, object]:
     if not path.is_file():
         raise CompiledCoreError(
             f"{ENV_VAR}=compiled: no compiled core at {build_dir} (run `make compiled`)")
-    data: dict[str, object] = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CompiledCoreError(f"{ENV_VAR}=compiled: {path} is unreadable ({e}); run "
+                                "`make compiled`") from e
+    if not isinstance(data, dict):
+        raise CompiledCoreError(f"{ENV_VAR}=compiled: {path} is not a manifest; run "
+                                "`make compiled`")
     return data
 
 

@@ -78,6 +78,13 @@ def test_a_stale_build_names_the_changed_sources(tmp_path: Path) -> None:
         activate(build_dir=tmp_path)
 
 
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_a_damaged_manifest_is_refused(tmp_path: Path, text: str) -> None:
+    (tmp_path / MANIFEST).write_text(text)
+    with pytest.raises(CompiledCoreError, match=r"manifest.json is (unreadable|not a manifest)"):
+        activate(build_dir=tmp_path)
+
+
 def test_a_build_for_another_python_is_refused(tmp_path: Path) -> None:
     manifest = {**_fresh_manifest(), "python": "cpython-39-linux"}
     (tmp_path / MANIFEST).write_text(json.dumps(manifest))

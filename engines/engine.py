@@ -37,17 +37,16 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
 from engines.admission import AdmissionLimits, FrontDoor
 from engines.arrivals import ArrivalQueue
 from engines.errors import DeadlockError, InvariantViolation, NoProgressError, StepLimitError
-from engines.executors.base import Executor
+from engines.executors.base import DecodeRunExecutor, Executor, ReleasingExecutor
 from engines.livelock import ProgressWatch, format_ids
 from engines.records import Recorder
-from schedulers.contract import Request, Scheduler, StepPlan, StepResult
+from schedulers.contract import DecodeRunScheduler, Request, Scheduler, StepPlan, StepResult
 
 # A replay allocates millions of long-lived objects (requests, blocks, token lists) and
 # makes almost no reference cycles: at the default threshold (700 net container allocations)
@@ -140,9 +139,11 @@ class Engine:
         self.clock = 0.0
         self._ran = False
         # Decode runs need both sides' support, and no per-step `check` (decided in `run`).
-        self.decode_runs = (decode_runs
-                            and callable(getattr(scheduler, "decode_run", None))
-                            and callable(getattr(executor, "decode_run_tokens", None)))
+        # (tested once here: a protocol isinstance is too slow for the step loop)
+        self._runs: tuple[DecodeRunScheduler, DecodeRunExecutor] | None = (
+            (scheduler, executor) if decode_runs and isinstance(scheduler, DecodeRunScheduler)
+            and isinstance(executor, DecodeRunExecutor) else None)
+        self.decode_runs = self._runs is not None
         self.num_decode_run_steps = 0
 
     def _run_check(self, clock: float) -> None:
@@ -179,8 +180,8 @@ class Engine:
         before the run ends (`arrivals_keep_decode_run`), else stopping before them. Returns
         the clock after the run, or None when there is no run.
         """
-        sched: Any = self.scheduler
-        executor: Any = self.executor
+        assert self._runs is not None
+        sched, executor = self._runs
         limit = _MAX_RUN_STEPS
         if self.max_steps is not None:
             limit = min(limit, self.max_steps - self.recorder.num_steps)
@@ -189,8 +190,7 @@ class Engine:
             return None
         k = executor.decode_run_limit(run)
         arrivals = self.arrivals
-        keeps = getattr(sched, "arrivals_keep_decode_run", None)
-        through_arrivals = keeps is not None and keeps()
+        through_arrivals = sched.arrivals_keep_decode_run()
         due: list[tuple[Request, float, int]] = []  # (request, admitted at, before step)
         batch = len(run.seq_lens)
         total = sum(run.seq_lens)
@@ -252,7 +252,7 @@ class Engine:
     def _run(self) -> EngineResult:
         sched, executor, rec = self.scheduler, self.executor, self.recorder
         arrivals = self.arrivals
-        release = getattr(executor, "release", None)
+        release = executor.release if isinstance(executor, ReleasingExecutor) else None
         stall = 0
         clock = self.clock
         start_time = arrivals.peek_time() if arrivals.pending() else 0.0

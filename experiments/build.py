@@ -3,11 +3,12 @@
 Each builder takes the group's mapping (a DictConfig or a plain dict) and names the group,
 field and value in its errors.
 
-Schedulers: `name` picks the implementation and every other field is passed on by its upstream
-name: vllm -> `VllmSchedulerConfig.from_capacity(kv_capacity_tokens, **fields)`, sglang ->
-`SglangSchedulerConfig.from_capacity(kv_capacity_tokens, **fields)`. A config may instead set
-`target: "package.module:factory"`, called as `factory(kv_capacity_tokens, **fields)` (for
-schedulers that live outside the project, and for test doubles).
+Schedulers: `name` picks the entry of the scheduler registry (schedulers/registry.py) and every
+other field is passed on by its upstream name: `entry.config_cls.from_capacity(
+kv_capacity_tokens, **fields)` (vllm: `VllmSchedulerConfig`, sglang: `SglangSchedulerConfig`).
+A config may instead set `target: "package.module:factory"`, called as
+`factory(kv_capacity_tokens, **fields)` (for schedulers that live outside the project); the
+top-level `max_model_len`, when set, is then passed as `max_model_len=`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.paths import project_path
 from experiments.preflight import check_real_executor
+from schedulers import registry
 from schedulers.contract import Scheduler
 
 T = TypeVar("T")
@@ -72,10 +74,6 @@ def _import_target(target: str) -> Callable[..., Any]:
     return obj
 
 
-# name -> the config field that holds the model's context length (top-level max_model_len)
-CONTEXT_FIELDS = {"vllm": "max_model_len", "sglang": "context_length"}
-
-
 @dataclass(frozen=True, slots=True)
 class ContextLength:
     """The context length a scheduler gets (None: its built-in default) and where it came
@@ -91,13 +89,15 @@ def context_length(max_model_len: int | None, cfg_scheduler: Mapping[str, Any] |
     schedulers), the scheduler's own field (vllm `max_model_len`, sglang `context_length`),
     the model's (`model_context`, read from `model_source`). Without any, the scheduler's
     built-in default (vllm 4096, sglang: the pool), which differ: source "scheduler default".
-    A `target` scheduler keeps its own setting (source "scheduler.target")."""
+    A `target` scheduler gets the top-level `max_model_len` when it is set, else keeps its
+    own setting (source "scheduler.target")."""
     fields = as_dict(cfg_scheduler)
-    if fields.get("target"):
-        return ContextLength(None, "scheduler.target")
     if max_model_len is not None:
         return ContextLength(int(max_model_len), "max_model_len")
-    key = CONTEXT_FIELDS.get(str(fields.get("name")))
+    if fields.get("target"):
+        return ContextLength(None, "scheduler.target")
+    entry = registry.find(str(fields.get("name")))
+    key = entry.context_field if entry is not None else None
     if key is not None and fields.get(key) is not None:
         return ContextLength(int(fields[key]), f"scheduler.{key}")
     if model_context is not None:
@@ -117,62 +117,49 @@ def job_context_length(cfg: DictConfig, model_context: int | None,
 
 
 def effective_context_length(scheduler: Scheduler, ctx: ContextLength) -> int | None:
-    """The context length `scheduler` runs with: `ctx.value`, else its config's own field
-    (vllm's built-in 4096; None for sglang, whose pool is then the limit, or unknown)."""
+    """The context length `scheduler` runs with: `ctx.value`, else the one its registry
+    entry reads from it (vllm's built-in 4096; None for sglang, whose pool is then the
+    limit, or for a scheduler the registry does not know)."""
     if ctx.value is not None:
         return ctx.value
-    value = getattr(getattr(scheduler, "config", None), CONTEXT_FIELDS.get(scheduler.name, ""),
-                    None)
-    return int(value) if isinstance(value, int) else None
-
-
-# name -> (module, scheduler class, config class, config field that from_capacity sets)
-_SCHEDULER_CLASSES: dict[str, tuple[str, str, str, str]] = {
-    "sglang": ("schedulers.sglang", "SglangScheduler", "SglangSchedulerConfig",
-               "max_total_tokens"),
-    "vllm": ("schedulers.vllm", "VllmScheduler", "VllmSchedulerConfig", "num_blocks"),
-}
+    entry = registry.find(scheduler.name)
+    if entry is None or entry.context_length is None:
+        return None
+    return entry.context_length(scheduler)
 
 
 def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
                     kv_capacity_tokens: int, max_model_len: int | None = None) -> Scheduler:
-    """The scheduler named by `cfg_scheduler.name`, holding `kv_capacity_tokens` KV slots.
+    """The scheduler named by `cfg_scheduler.name` (its registry entry), holding
+    `kv_capacity_tokens` KV slots.
 
     Every field but `name` (and `target`) is a field of the scheduler's config dataclass;
     the capacity field (vllm `num_blocks`, sglang `max_total_tokens`) comes from
     `kv_capacity_tokens` through the config's `from_capacity`. `max_model_len`, when given,
-    sets the context length of either (vllm `max_model_len`, sglang `context_length`), so
-    that a comparison can give both the same.
+    sets the entry's context field (vllm `max_model_len`, sglang `context_length`), so that a
+    comparison can give both the same; a `target` factory gets it as `max_model_len=`.
     """
     fields = as_dict(cfg_scheduler)
     name = fields.pop("name", None)
     target = fields.pop("target", None)
-    if name in CONTEXT_FIELDS and not target:
-        key = CONTEXT_FIELDS[str(name)]
+    if target:
+        factory = _import_target(str(target))
+        if max_model_len is not None:
+            fields["max_model_len"] = int(max_model_len)
+        try:
+            sched: Scheduler = factory(kv_capacity_tokens, **fields)
+        except TypeError as e:
+            raise ValueError(f"scheduler.target={target!r}: cannot be called with "
+                             f"{', '.join(sorted(fields)) or 'no fields'} ({e})") from e
+        return sched
+    entry = registry.get(name)
+    key = entry.context_field
+    if key is not None:
         if max_model_len is not None:
             fields[key] = int(max_model_len)
         elif fields.get(key) is None:
             fields.pop(key, None)  # the config class's own default
-    if target:
-        factory = _import_target(str(target))
-        sched: Scheduler = factory(kv_capacity_tokens, **fields)
-        return sched
-    if name not in _SCHEDULER_CLASSES:
-        raise ValueError(f"scheduler.name={name!r}: unknown; valid: "
-                         f"{', '.join(_SCHEDULER_CLASSES)} "
-                         "(or set scheduler.target='package.module:factory')")
-    module, sched_cls_name, cfg_cls_name, capacity_field = _SCHEDULER_CLASSES[name]
-    try:
-        mod = importlib.import_module(module)
-        sched_cls = getattr(mod, sched_cls_name)
-        cfg_cls = getattr(mod, cfg_cls_name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"scheduler.name={name!r}: {module} is not available ({e})") from e
-    valid = {f.name for f in dataclasses.fields(cfg_cls)} - {capacity_field}
-    config = construct(lambda **kw: cfg_cls.from_capacity(kv_capacity_tokens, **kw),
-                       f"scheduler ({name})", fields, valid)
-    sched = sched_cls(config)
-    return sched
+    return entry.build(entry.config(kv_capacity_tokens, **fields))
 
 
 def build_admission(cfg_admission: Mapping[str, Any] | DictConfig | None) -> AdmissionLimits:

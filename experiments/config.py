@@ -26,6 +26,7 @@ from engines.admission import AdmissionLimits
 from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.workloads import PARAMS as WORKLOAD_PARAMS
 from experiments.workloads import LengthDist
+from schedulers import registry
 
 _MIRRORS: dict[type, type] = {}
 
@@ -195,28 +196,27 @@ class RunConfig:
     admission: AdmissionSchema = field(default_factory=AdmissionSchema)  # type: ignore[valid-type]
 
 
-def _scheduler_schemas() -> dict[str, type]:
-    """Schemas of the schedulers that import (one that does not is simply not offered)."""
-    import importlib
-
-    out: dict[str, type] = {}
-    # the context length may be null: the model's then (experiments.build.context_length)
-    for name, module, cls_name, capacity, optional in (
-        ("vllm", "schedulers.vllm", "VllmSchedulerConfig", "num_blocks", ("max_model_len",)),
-        ("sglang", "schedulers.sglang", "SglangSchedulerConfig", "max_total_tokens", ()),
-    ):
-        try:
-            cls = getattr(importlib.import_module(module), cls_name)
-        except (ImportError, AttributeError):
-            continue
-        out[name] = mirror(cls, f"{cls_name.removesuffix('Config')}Schema", drop=(capacity,),
-                           extra=[("name", str, name)], optional=optional)
-    return out
+def scheduler_schema(entry: registry.SchedulerEntry) -> type:
+    """The config schema of a registered scheduler (its config class mirrored, less the
+    capacity field, plus `name`; the context field may be null: the model's then, see
+    `experiments.build.context_length`), made once per scheduler."""
+    schema = SCHEDULER_SCHEMAS.get(entry.name)
+    if schema is None:
+        cls_name = entry.config_cls.__name__
+        optional = (entry.context_field,) if entry.context_field is not None else ()
+        schema = mirror(entry.config_cls, f"{cls_name.removesuffix('Config')}Schema",
+                        drop=(entry.capacity_field,), extra=[("name", str, entry.name)],
+                        optional=optional)
+        SCHEDULER_SCHEMAS[entry.name] = schema
+    return schema
 
 
 # Built at import, so that every schema class exists under its name in this module (configs
-# that hold one unpickle in joblib workers).
-SCHEDULER_SCHEMAS = _scheduler_schemas()
+# that hold one unpickle in joblib workers); a scheduler registered later gets its schema when
+# `register_configs` next runs.
+SCHEDULER_SCHEMAS: dict[str, type] = {}
+for _entry in registry.entries():
+    scheduler_schema(_entry)
 LengthDistSchema = mirror(LengthDist, "LengthDistSchema")
 WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
                                  extra=[("name", str, name)], optional=("seed",))
@@ -224,17 +224,25 @@ WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
 ModelSchema = mirror(ModelSpec, "ModelSchema")
 HardwareSchema = mirror(HardwareSpec, "HardwareSchema")
 _REGISTERED = False
+_STORED_SCHEDULERS: set[str] = set()
 
 
 def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (once per process)."""
+    """Store every schema in Hydra's ConfigStore (once per process; the schema of a scheduler
+    registered since, on the next call) and the `${schedulers:}` resolver."""
     global _REGISTERED
+    cs = ConfigStore.instance()
+    for entry in registry.entries():
+        if entry.name not in _STORED_SCHEDULERS:
+            cs.store(group="scheduler", name=f"base_{entry.name}", node=scheduler_schema(entry))
+            _STORED_SCHEDULERS.add(entry.name)
     if _REGISTERED:
         return
-    cs = ConfigStore.instance()
+    # `${schedulers:}`: the registry's schedulers as a sweep list ("vllm,sglang"), for presets
+    # that sweep every scheduler
+    OmegaConf.register_new_resolver("schedulers", lambda: ",".join(registry.names()),
+                                    replace=True)
     cs.store(name="base_config", node=RunConfig)
-    for name, schema in SCHEDULER_SCHEMAS.items():
-        cs.store(group="scheduler", name=f"base_{name}", node=schema)
     for name, schema in WORKLOAD_SCHEMAS.items():
         cs.store(group="workload", name=f"base_{name}", node=schema)
     cs.store(group="model", name="base_model", node=ModelSchema)

@@ -16,12 +16,13 @@ import argparse
 import gzip
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from schedulers.contract import Request, Scheduler, StepResult
+from schedulers import registry
+from schedulers.contract import Request, StepResult
 
 WorkloadConfig = dict[str, Any]
 RequestRecord = dict[str, Any]
@@ -69,40 +70,33 @@ def load_workload(path: str | Path) -> tuple[WorkloadConfig, list[RequestRecord]
                 raise ValueError(f"{path}:{lineno}: unknown record type {kind!r}")
     if cfg is None:
         raise ValueError(f"{path}: no config line")
-    if cfg.get("scheduler") not in BUILDERS:
+    entry = registry.find(str(cfg.get("scheduler")))
+    if entry is None or entry.conformance is None:
         raise ValueError(
             f"{path}: config field 'scheduler' is {cfg.get('scheduler')!r}; "
-            f"valid: {sorted(BUILDERS)}"
+            f"valid: {sorted(e.name for e in registry.entries() if e.conformance)}"
         )
-    if cfg["scheduler"] == "vllm":
-        # The vLLM oracle sorts arrivals by (arrival_step, request number).
+    if entry.conformance_rules.sort_arrivals:
+        # e.g. the vLLM oracle sorts arrivals by (arrival_step, request number).
         reqs.sort(key=lambda r: (r["arrival_step"], int(r["id"][1:])))
     return cfg, reqs
 
 
-def _build_vllm(cfg: WorkloadConfig) -> Scheduler:
-    from schedulers.vllm import vllm_scheduler_from_conformance
-
-    return vllm_scheduler_from_conformance(cfg)
-
-
-def _build_sglang(cfg: WorkloadConfig) -> Scheduler:
-    from schedulers.sglang import sglang_scheduler_from_conformance
-
-    return sglang_scheduler_from_conformance(cfg)
-
-
-BUILDERS: dict[str, Callable[[WorkloadConfig], Scheduler]] = {
-    "vllm": _build_vllm,
-    "sglang": _build_sglang,
-}
+def _entry(cfg: WorkloadConfig) -> registry.SchedulerEntry:
+    entry = registry.get(cfg["scheduler"])
+    if entry.conformance is None:
+        raise ValueError(f"scheduler {entry.name!r} has no conformance builder")
+    return entry
 
 
 def replay(
     cfg: WorkloadConfig, reqs: list[RequestRecord], max_steps: int = 100_000
 ) -> Iterable[dict[str, Any]]:
     """Yield our decision log, record by record (config, requests, steps, summary)."""
-    sched = BUILDERS[cfg["scheduler"]](cfg)
+    entry = _entry(cfg)
+    assert entry.conformance is not None
+    rules = entry.conformance_rules
+    sched = entry.conformance(cfg)
     yield {"type": "config", **{k: v for k, v in cfg.items() if k != "type"}}
     for r in reqs:
         yield {
@@ -116,9 +110,9 @@ def replay(
     pending = list(reqs)
     next_arrival = 0
     n_finished = n_aborted = n_preempted = 0
-    # The vLLM oracle loops while `Scheduler.has_requests()`, which stays true for one more
-    # (empty) step after the last finish, until `finished_req_ids` is flushed.
-    flush_finished = cfg["scheduler"] == "vllm"
+    # e.g. the vLLM oracle loops while `Scheduler.has_requests()`, which stays true for one
+    # more (empty) step after the last finish, until `finished_req_ids` is flushed.
+    flush_finished = rules.flush_finished
     finished_last_step = False
     step = 0
     while (
@@ -158,8 +152,8 @@ def replay(
         for rid, _ in aborted:
             live.pop(rid, None)
         preempted = list(plan.preempted)
-        if cfg["scheduler"] == "vllm":
-            # vLLM's SchedulerOutput keeps preempted ids in a set; the oracle sorts them.
+        if rules.preempted_as_set:
+            # e.g. vLLM's SchedulerOutput keeps preempted ids in a set; the oracle sorts them.
             preempted = sorted(preempted, key=lambda x: int(x[1:]))
         finished_last_step = bool(finished or aborted)
         n_finished += len(finished)

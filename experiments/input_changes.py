@@ -10,19 +10,20 @@ counts such requests as they stream by; the run writes the count to summary.json
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sized
-from typing import Any
 
-from schedulers.contract import Request
+from schedulers import registry
+from schedulers.contract import Request, Scheduler
 
 _EXAMPLES = 5
 
 
-def context_limit(scheduler: Any) -> int | None:
-    """The most tokens (prompt + output) one request may reach in `scheduler`, if known."""
-    limit = getattr(scheduler, "max_model_len", None)
-    if limit is None:
-        limit = getattr(getattr(scheduler, "config", None), "max_req_len", None)
-    return int(limit) if isinstance(limit, int) else None
+def context_limit(scheduler: Scheduler) -> int | None:
+    """The most tokens (prompt + output) one request may reach in `scheduler`, as its registry
+    entry declares it (None: unknown, e.g. a `target` scheduler)."""
+    entry = registry.find(scheduler.name)
+    if entry is None or entry.request_limit is None:
+        return None
+    return entry.request_limit(scheduler)
 
 
 class ContextCapCounter:

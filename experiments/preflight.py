@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.paths import project_path
+from schedulers import registry
 
 
 class ConfigError(ValueError):
@@ -108,8 +109,8 @@ def explain_scheduler_keys(argv: Sequence[str], config_dir: str) -> str | None:
         groups = [ov.input_line for ov in overrides
                   if ov.key_or_group in ("experiment",) and not ov.is_sweep_override()]
         schedulers = _configured_schedulers(config_dir, groups, multirun)
-    fields = {name: {f.name for f in dataclasses.fields(schema)}
-              for name, schema in SCHEDULER_SCHEMAS.items()}
+    fields = {name: {f.name for f in dataclasses.fields(SCHEDULER_SCHEMAS[name])}
+              for name in registry.names()}
     for key, arg in keys:
         owners = [s for s in fields if key in fields[s]]
         lacking = [s for s in dict.fromkeys(schedulers) if s in fields and key not in fields[s]]

@@ -23,6 +23,7 @@ runs: a second run into the same folder fails at once.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 import logging
@@ -41,7 +42,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from engines.engine import Engine, SchedulerCheck
-from engines.executors.base import Executor
+from engines.executors.base import DetokenizingExecutor, Executor
 from engines.records import Recorder
 from experiments.build import (
     as_dict,
@@ -87,7 +88,8 @@ from experiments.sinks import (
     write_table,
 )
 from experiments.workloads import stream_workload
-from schedulers.contract import Request, Scheduler
+from schedulers import registry
+from schedulers.contract import Request, Scheduler, SelfCheckingScheduler
 
 log = logging.getLogger(__name__)
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
@@ -100,7 +102,7 @@ def _slo(cfg: DictConfig) -> dict[str, float] | None:
 
 
 def _enum_value(v: Any) -> str:
-    return str(getattr(v, "value", v))
+    return str(v.value if isinstance(v, enum.Enum) else v)
 
 
 def _progress_mode(cfg: DictConfig) -> str:
@@ -134,22 +136,17 @@ def complete_result(out_dir: str | Path, digest: str) -> dict[str, Any] | None:
 
 
 def invariant_check(scheduler: Scheduler) -> SchedulerCheck:
-    """The per-step invariant check of `scheduler` (`check_invariants=true`)."""
-    check: Any = None
-    if scheduler.name == "vllm":
-        from schedulers.vllm.invariants import check_vllm_invariants
-        check = check_vllm_invariants
-    elif scheduler.name == "sglang":
-        from schedulers.sglang.invariants import check_sglang_invariants
-        check = check_sglang_invariants
-    else:
-        check = getattr(scheduler, "check_invariants", None)
-        if check is not None:
-            return lambda _s: check()
-        raise ValueError(f"check_invariants=true: scheduler {scheduler.name!r} has no invariant "
-                         "check (built in: vllm, sglang; or give it a check_invariants() "
-                         "method)")
-    return check
+    """The per-step invariant check of `scheduler` (`check_invariants=true`): its registry
+    entry's, else its own `check_invariants()` (`SelfCheckingScheduler`)."""
+    entry = registry.find(scheduler.name)
+    if entry is not None and entry.check_invariants is not None:
+        return entry.check_invariants
+    if isinstance(scheduler, SelfCheckingScheduler):
+        own = scheduler.check_invariants
+        return lambda _s: own()
+    raise ValueError(f"check_invariants=true: scheduler {scheduler.name!r} has no invariant "
+                     "check (its registry entry's check_invariants, or a check_invariants() "
+                     "method)")
 
 
 def validate_run_config(cfg: DictConfig) -> None:
@@ -210,9 +207,9 @@ def with_output_text(table: pa.Table, requests: list[Request], executor: Executo
                      ) -> pa.Table:
     """`table` with an `output_text` column (each request's tokens decoded by the checkpoint's
     tokenizer), when the executor has one; else `table` as it is."""
-    decode = getattr(executor, "decode", None)
-    if decode is None or decode([]) is None:
+    if not isinstance(executor, DetokenizingExecutor) or executor.decode([]) is None:
         return table
+    decode = executor.decode
     texts = {r.request_id: decode(r.output_token_ids) for r in requests}
     column = [texts[rid] for rid in table.column("request_id").to_pylist()]
     return table.append_column("output_text", pa.array(column, pa.string()))

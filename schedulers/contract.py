@@ -8,7 +8,7 @@ See DESIGN.md, "The contract". A scheduler sees a `Request`, returns a `StepPlan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 # Token id the simulated executor emits when a request reaches its EOS length.
 DEFAULT_EOS_TOKEN_ID = 2
@@ -226,6 +226,46 @@ class Scheduler(Protocol):
 
     def stats(self) -> SchedulerStats:
         """A snapshot of queue and KV occupancy."""
+        ...
+
+
+@runtime_checkable
+class DecodeRunScheduler(Protocol):
+    """Capability: a scheduler that commits runs of steady decode steps at once (DESIGN.md,
+    "Decode runs"). The engine uses runs only with a scheduler (and an executor) that has it."""
+
+    def decode_run(self, limit: int) -> DecodeRun | None:
+        """The steady decode steps ahead (at most `limit`), or None when there is no run."""
+        ...
+
+    def commit_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> DecodeRunStats:
+        """Commit the run's steps as the single steps would; `tokens`: one list per request."""
+        ...
+
+    def arrivals_keep_decode_run(self) -> bool:
+        """Whether an arrival during a run changes none of the run's decisions (the engine
+        then admits it at its step boundary instead of stopping the run before it)."""
+        ...
+
+
+@runtime_checkable
+class SelfCheckingScheduler(Protocol):
+    """Capability: a scheduler that checks its own bookkeeping (`check_invariants=true`),
+    for schedulers without a registered check (schedulers/registry.py)."""
+
+    def check_invariants(self) -> None:
+        """Raise when the scheduler's state breaks one of its invariants."""
+        ...
+
+
+@runtime_checkable
+class CapacityConfig(Protocol):
+    """A scheduler config built from the pool size every scheduler of a comparison shares:
+    `from_capacity(kv_capacity_tokens, **fields)` sets the config's own capacity field."""
+
+    @classmethod
+    def from_capacity(cls, kv_capacity_tokens: int, **fields: Any) -> Any:
+        """A config whose KV pool holds `kv_capacity_tokens` token slots."""
         ...
 
 

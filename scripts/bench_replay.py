@@ -51,12 +51,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from schedulers import registry  # noqa: E402
+
 DEFAULT_TRACE_DIR = ROOT.parent / "shared" / "data" / "traces"
 TRACES = ("azure_conv", "mooncake")
 # KV pool per trace, small enough that vLLM preempts often (Azure conv: prompts ~1.2k tokens;
 # Mooncake: ~15k, up to the 32k input cap).
 DEFAULT_KV_CAPACITY = {"azure_conv": 8192, "mooncake": 32768}
-SCHEDULERS = ("vllm", "sglang")
+SCHEDULERS = registry.names()  # every scheduler of the registry (vllm, sglang)
 # `--traces synthetic`: conf/workload/synthetic.yaml (lognormal lengths, mean 512 in / 256
 # out) with N = --max-requests requests at a rate both schedulers keep up with on the
 # default pool, so the number of live requests stays bounded however long the replay.

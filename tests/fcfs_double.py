@@ -3,6 +3,12 @@
 Paged KV (a free list of pages), chunked prefill under a token budget, recompute preemption
 of the most recently admitted running request when a page cannot be found, no prefix cache.
 It is a test double, not a model of any upstream scheduler.
+
+It joins the harness the way any scheduler does, through the registry alone (`ENTRY`,
+registered by tests/conftest.py as a test-only scheduler): `FcfsConfig.from_capacity` builds
+its config, `check_invariants()` (`schedulers.contract.SelfCheckingScheduler`) checks its
+pages, and tests/test_scheduler_contract.py runs it through the same contract as vllm and
+sglang, including a whole `experiments.run` job with no YAML file of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +24,23 @@ from schedulers.contract import (
     StepPlan,
     StepResult,
 )
+from schedulers.registry import SchedulerEntry
+
+
+@dataclass(frozen=True, slots=True)
+class FcfsConfig:
+    """The double's settings; `kv_capacity_tokens` is the pool (a multiple of `page_size`)."""
+
+    kv_capacity_tokens: int
+    page_size: int = 4
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 64
+    reject_oversized: bool = True
+
+    @classmethod
+    def from_capacity(cls, kv_capacity_tokens: int, **fields: object) -> FcfsConfig:
+        """A config whose pool holds `kv_capacity_tokens` slots."""
+        return cls(kv_capacity_tokens=kv_capacity_tokens, **fields)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -47,6 +70,29 @@ class FcfsScheduler:
         self.running: list[_State] = []
         self.states: dict[str, _State] = {}
         self.step = 0
+
+    @classmethod
+    def from_config(cls, config: FcfsConfig) -> FcfsScheduler:
+        """The scheduler `config` describes (the registry's `build`)."""
+        return cls(config.kv_capacity_tokens, page_size=config.page_size,
+                   max_num_seqs=config.max_num_seqs,
+                   max_num_batched_tokens=config.max_num_batched_tokens,
+                   reject_oversized=config.reject_oversized)
+
+    def check_invariants(self) -> None:
+        """Every page is free or held by exactly one running request, which holds the pages
+        its computed tokens need; waiting requests hold none."""
+        held = [p for st in self.running for p in st.pages]
+        pages = held + list(self.free_pages)
+        if sorted(pages) != list(range(self.capacity // self.page_size)):
+            raise AssertionError(f"fcfs_double: pages leak or are shared ({len(held)} held, "
+                                 f"{len(self.free_pages)} free)")
+        for st in self.running:
+            if len(st.pages) < self._pages_for(st.computed):
+                raise AssertionError(f"fcfs_double: {st.req.request_id} computed "
+                                     f"{st.computed} tokens on {len(st.pages)} pages")
+        if any(st.pages for st in self.waiting):
+            raise AssertionError("fcfs_double: a waiting request holds pages")
 
     # -- helpers ----------------------------------------------------------------------
     def _pages_for(self, num_tokens: int) -> int:
@@ -162,3 +208,8 @@ class FcfsScheduler:
 def make_scheduler(kv_capacity_tokens: int, **fields: object) -> FcfsScheduler:
     """Factory for `scheduler.target` in Hydra configs (see experiments/build.py)."""
     return FcfsScheduler(kv_capacity_tokens, **fields)  # type: ignore[arg-type]
+
+
+# The double's registry entry: all it takes to join the harness (tests/conftest.py registers it).
+ENTRY = SchedulerEntry(name="fcfs_double", config_cls=FcfsConfig, build=FcfsScheduler.from_config,
+                       capacity_field="kv_capacity_tokens", test_only=True)

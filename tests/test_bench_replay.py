@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from schedulers import registry
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "data" / "traces"
 
@@ -21,7 +23,7 @@ def _bench():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.skipif(not (TRACES / "azure2023").exists(), reason="traces not available")
-@pytest.mark.parametrize("scheduler", ["vllm", "sglang"])
+@pytest.mark.parametrize("scheduler", registry.names())
 def test_replay_slice_is_deterministic(scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", str(TRACES))
     bench = _bench()

@@ -12,6 +12,7 @@ import pytest
 
 from experiments.config import SCHEDULER_SCHEMAS, WandbConfig
 from experiments.config_docs import DOC_PATH, generate
+from schedulers import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +24,8 @@ def test_config_reference_is_up_to_date_and_complete(monkeypatch: pytest.MonkeyP
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows and all(not line.rstrip().endswith("|  |") for line in rows), [
         line for line in rows if line.rstrip().endswith("|  |")]
-    for name, schema in SCHEDULER_SCHEMAS.items():
+    for name in registry.names():  # test-only schedulers have no YAML to document
+        schema = SCHEDULER_SCHEMAS[name]
         assert f"### `scheduler={name}`" in text
         for f in dataclasses.fields(schema):
             if f.name != "name":

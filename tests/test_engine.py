@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable
@@ -9,11 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import TINY_HW, TINY_MODEL
 from fcfs_double import FcfsScheduler
 
 from engines.engine import DeadlockError, Engine, StepLimitError
 from engines.executors.sim import SimExecutor
-from engines.executors.specs import HardwareSpec, ModelSpec
 from engines.records import REQUEST_SCHEMA, STEP_SCHEMA
 from experiments.sinks import write_table
 from experiments.workloads import LengthDist, SyntheticWorkload, generate_synthetic
@@ -27,9 +28,8 @@ from schedulers.contract import (
     StepResult,
 )
 
-TINY = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
-HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9, host_link_bandwidth=1e9)
+TINY = dataclasses.replace(TINY_MODEL, vocab_size=1000)
+HW = TINY_HW
 
 
 def sim() -> SimExecutor:

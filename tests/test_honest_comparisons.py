@@ -35,6 +35,7 @@ from experiments.report import (
 from experiments.run import format_summary, run_experiment
 from experiments.wandb_log import offline_runs, read_offline_run
 from experiments.workloads import stream_workload
+from schedulers import registry
 from schedulers.contract import Request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def write_job(sweep: Path, num: int, overrides: list[str], *cfg: str) -> dict[st
 
 # --- 1. the same context length ---------------------------------------------------------
 
-@pytest.mark.parametrize("scheduler", ["vllm", "sglang"])
+@pytest.mark.parametrize("scheduler", registry.names())
 def test_both_schedulers_default_to_the_models_context_length(tmp_path: Path,
                                                               scheduler: str) -> None:
     s = run_experiment(job_config(f"scheduler={scheduler}", *LONG), tmp_path / "job")

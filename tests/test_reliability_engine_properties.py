@@ -8,35 +8,32 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from conftest import TINY_HW, TINY_MODEL, build_scheduler_for, invariant_check_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
-from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.metrics import compute_metrics
+from schedulers import registry
 from schedulers.contract import Request, Scheduler
-from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
-from schedulers.sglang.invariants import check_sglang_invariants
 from schedulers.victim_policy import VICTIM_POLICIES
-from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
-from schedulers.vllm.invariants import check_vllm_invariants
 
-TINY = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, intermediate_size=128, vocab_size=512)
-HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9, host_link_bandwidth=1e9)
+TINY, HW = TINY_MODEL, TINY_HW
 EXAMPLES = int(os.environ.get("SCHEDBENCH_HYPOTHESIS_EXAMPLES", "40"))
+
+
+KNOBS: dict[str, dict[str, object]] = {
+    "vllm": {"block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 128},
+    "sglang": {"chunked_prefill_size": 128},
+}
 
 
 def build(kind: str, capacity: int, victim_policy: str = "default"
           ) -> tuple[Scheduler, object]:
-    if kind == "vllm":
-        return (VllmScheduler(VllmSchedulerConfig.from_capacity(
-            capacity, block_size=16, max_num_seqs=8, max_num_batched_tokens=128,
-            victim_policy=victim_policy)), check_vllm_invariants)
-    return (SglangScheduler(SglangSchedulerConfig.from_capacity(
-        capacity, chunked_prefill_size=128, victim_policy=victim_policy)),
-        check_sglang_invariants)
+    sched = build_scheduler_for(kind, capacity, **KNOBS.get(kind, {}),
+                                victim_policy=victim_policy)
+    return sched, invariant_check_for(sched)
 
 
 def make_requests(spec: list[tuple[float, int, int, int, bool]]) -> list[Request]:
@@ -61,7 +58,7 @@ workloads = st.lists(
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(["vllm", "sglang"]), capacity=st.sampled_from([256, 512, 2048]),
+@given(kind=st.sampled_from(registry.names()), capacity=st.sampled_from([256, 512, 2048]),
        spec=workloads, victim_policy=st.sampled_from(VICTIM_POLICIES))
 def test_runs_end_and_metrics_agree_with_records(kind: str, capacity: int,
                                                  spec: list[tuple[float, int, int, int, bool]],

@@ -3,6 +3,7 @@ with it on passes, and a corrupted scheduler state stops the run with a clear me
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from experiments.build import build_executor, build_hardware, build_model, build
 from experiments.config import register_configs
 from experiments.run import invariant_check, run_experiment
 from experiments.workloads import build_workload
+from schedulers import registry
 from schedulers.contract import Scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,19 +46,21 @@ def engine(cfg: DictConfig, check: Callable[[Scheduler], None] | None) -> Engine
     return Engine(sched, ex, reqs, recorder=Recorder(), check=check)
 
 
-@pytest.mark.parametrize("scheduler", ["vllm", "sglang"])
+@pytest.mark.parametrize("scheduler", registry.names())
 def test_the_check_runs_after_every_step_and_passes(tmp_path: Path, scheduler: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = job_config(f"scheduler={scheduler}", "check_invariants=true")
     calls: list[int] = []
-    module = __import__(f"schedulers.{scheduler}.invariants", fromlist=["x"])
-    real = getattr(module, f"check_{scheduler}_invariants")
+    entry = registry.get(scheduler)
+    real = entry.check_invariants
+    assert real is not None
 
     def counting(s: Any) -> None:
         calls.append(1)
         real(s)
 
-    monkeypatch.setattr(module, f"check_{scheduler}_invariants", counting)
+    monkeypatch.setitem(registry._ENTRIES, scheduler,
+                        dataclasses.replace(entry, check_invariants=counting))
     summary = run_experiment(cfg, tmp_path / "on")
     assert summary["status"] == "ok" and summary["completed"] == 30
     # once per step, plus once at the end

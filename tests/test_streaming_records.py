@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from conftest import build_scheduler_for
 
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
@@ -20,9 +21,8 @@ from engines.records import Recorder
 from experiments.metrics import compute_metrics, compute_metrics_from_files
 from experiments.quantiles import exact_ranks, replayable, stats_ms
 from experiments.workloads import build_workload, stream_workload
-from schedulers.sglang.config import SglangSchedulerConfig
-from schedulers.sglang.scheduler import SglangScheduler
-from schedulers.vllm.scheduler import VllmScheduler, VllmSchedulerConfig
+from schedulers import registry
+from schedulers.contract import Scheduler
 
 MODEL = ModelSpec(name="m", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
@@ -32,10 +32,8 @@ WORKLOAD = {"name": "synthetic", "num_requests": 120, "request_rate": 400.0,
             "output_len": {"dist": "uniform", "low": 1, "high": 40}}
 
 
-def scheduler(name: str):  # type: ignore[no-untyped-def]
-    if name == "vllm":
-        return VllmScheduler(VllmSchedulerConfig.from_capacity(1024))
-    return SglangScheduler(SglangSchedulerConfig.from_capacity(1024))
+def scheduler(name: str) -> Scheduler:
+    return build_scheduler_for(name, 1024)
 
 
 def test_a_stream_counts_without_building_and_yields_the_list() -> None:
@@ -48,7 +46,7 @@ def test_a_stream_counts_without_building_and_yields_the_list() -> None:
     assert [asdict(r) for r in stream] == [asdict(r) for r in listed]
 
 
-@pytest.mark.parametrize("name", ["vllm", "sglang"])
+@pytest.mark.parametrize("name", registry.names())
 def test_spooled_records_and_file_metrics_match_memory(name: str, tmp_path: Path) -> None:
     mem = Engine(scheduler(name), SimExecutor(MODEL, HW), build_workload(WORKLOAD, 0)).run()
     spool = (tmp_path / "r.parquet", tmp_path / "s.parquet")

@@ -7,23 +7,18 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import PAGE_FIELD, TINY_HW, TINY_MODEL, build_scheduler_for, invariant_check_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
-from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.metrics import compute_metrics
+from schedulers import registry
 from schedulers.contract import Request, Scheduler, StepPlan, SwapOp
 from schedulers.host_pool import HostKVPool
-from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
-from schedulers.sglang.invariants import check_sglang_invariants
-from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
-from schedulers.vllm.invariants import check_vllm_invariants
 
-TINY = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, intermediate_size=128, vocab_size=512)
-HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9, host_link_bandwidth=1e9)
+TINY, HW = TINY_MODEL, TINY_HW
 EXAMPLES = int(os.environ.get("SCHEDBENCH_HYPOTHESIS_EXAMPLES", "30"))
 
 
@@ -66,17 +61,21 @@ def test_sim_executor_charges_the_copy_over_the_host_link() -> None:
 
 
 # --------------------------------------------------------------------------- engine properties
+# Per scheduler, settings that make it evict: vLLM's small budget, SGLang's optimistic
+# admission (a low conservativeness and a fast ratio decay), so that decode retracts.
+KNOBS: dict[str, dict[str, object]] = {
+    "vllm": {"max_num_seqs": 8, "max_num_batched_tokens": 128},
+    "sglang": {"chunked_prefill_size": 64, "schedule_conservativeness": 0.05,
+               "new_token_ratio_decay_steps": 4, "min_new_token_ratio_factor": 0.05},
+}
+
+
 def build(kind: str, capacity: int, mode: str, host: int, page_size: int
           ) -> tuple[Scheduler, object]:
-    if kind == "vllm":
-        return (VllmScheduler(VllmSchedulerConfig.from_capacity(
-            capacity, block_size=page_size, max_num_seqs=8, max_num_batched_tokens=128,
-            preemption_mode=mode, host_kv_capacity_tokens=host)), check_vllm_invariants)
-    # optimistic admission, so that decode retracts
-    return (SglangScheduler(SglangSchedulerConfig.from_capacity(
-        capacity, page_size=page_size, chunked_prefill_size=64, schedule_conservativeness=0.05,
-        new_token_ratio_decay_steps=4, min_new_token_ratio_factor=0.05,
-        preemption_mode=mode, host_kv_capacity_tokens=host)), check_sglang_invariants)
+    sched = build_scheduler_for(kind, capacity, **{PAGE_FIELD[kind]: page_size},
+                                **KNOBS.get(kind, {}), preemption_mode=mode,
+                                host_kv_capacity_tokens=host)
+    return sched, invariant_check_for(sched)
 
 
 def make_requests(spec: list[tuple[float, int, int, int, bool]]) -> list[Request]:
@@ -94,7 +93,7 @@ workloads = st.lists(
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(["vllm", "sglang"]), page_size=st.sampled_from([1, 4, 16]),
+@given(kind=st.sampled_from(registry.names()), page_size=st.sampled_from([1, 4, 16]),
        capacity_pages=st.integers(8, 16), host_tokens=st.sampled_from([0, 64, 256, 1024]),
        spec=workloads)
 def test_swap_ends_cleanly_with_recompute_outputs(kind: str, page_size: int,
@@ -147,7 +146,7 @@ def test_swap_ends_cleanly_with_recompute_outputs(kind: str, page_size: int,
 def test_some_random_case_swaps() -> None:
     """The property above is not vacuous: a small pool under load does swap, on both."""
     spec = [(0.0, 40 + 5 * i, 60, 60, False) for i in range(10)]
-    for kind in ("vllm", "sglang"):
+    for kind in registry.names():
         sched, check = build(kind, 256, "swap", 256, 1 if kind == "sglang" else 16)
         result = Engine(sched, SimExecutor(TINY, HW), make_requests(spec),
                         check=check).run()  # type: ignore[arg-type]

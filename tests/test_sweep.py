@@ -145,7 +145,7 @@ def test_experiment_presets_compose_and_sweep_existing_keys(hydra_conf: object,
     cfg = compose(config_name="config", overrides=[f"experiment={preset}"],
                   return_hydra_config=True)
     assert cfg.name == preset and cfg.on_error.name == "record"
-    raw = OmegaConf.to_container(cfg.hydra.sweeper.params)
+    raw = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True)  # ${schedulers:}
     assert isinstance(raw, dict) and raw
     params = {str(k): str(v) for k, v in raw.items()}
     groups = {k: v.split(",")[0] for k, v in params.items() if "." not in k}

@@ -1,0 +1,62 @@
+"""Shared test factories: the tiny model and hardware specs, a scheduler by registry name
+(`make_scheduler` fixture, `build_scheduler_for`), and the test-only scheduler
+(tests/fcfs_double.py), registered here as any scheduler is (schedulers/registry.py).
+
+Hypothesis tests cannot take fixtures per example: they import the plain functions
+(`from conftest import TINY_MODEL, TINY_HW, build_scheduler_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fcfs_double import ENTRY as FCFS_DOUBLE_ENTRY
+
+from engines.executors.sim import SimExecutor
+from engines.executors.specs import HardwareSpec, ModelSpec
+from schedulers import registry
+from schedulers.contract import Scheduler, SelfCheckingScheduler
+
+# A model and a machine small enough that a replay of a few hundred requests takes
+# milliseconds; the memory bandwidth is low so that decode steps dominate.
+TINY_MODEL = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, intermediate_size=128, vocab_size=512)
+TINY_HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9,
+                       host_link_bandwidth=1e9)
+
+# The config field holding each scheduler's page size (tests that vary it).
+PAGE_FIELD = {"vllm": "block_size", "sglang": "page_size", "fcfs_double": "page_size"}
+
+# The test-only scheduler joins through the registry alone (no YAML, no code in experiments/).
+if registry.find(FCFS_DOUBLE_ENTRY.name) is None:
+    registry.register(FCFS_DOUBLE_ENTRY)
+
+
+def tiny_sim(step_overhead_s: float = 0.001) -> SimExecutor:
+    """The sim executor on the tiny model and hardware."""
+    return SimExecutor(TINY_MODEL, TINY_HW, step_overhead_s=step_overhead_s)
+
+
+def build_scheduler_for(kind: str, capacity: int, **fields: Any) -> Scheduler:
+    """The registered scheduler `kind` holding `capacity` KV slots, with config `fields`
+    (the scheduler's own names)."""
+    entry = registry.get(kind)
+    return entry.build(entry.config(capacity, **fields))
+
+
+def invariant_check_for(scheduler: Scheduler) -> Callable[[Scheduler], None]:
+    """The scheduler's invariant check: its registry entry's, else its own method."""
+    entry = registry.get(scheduler.name)
+    if entry.check_invariants is not None:
+        return entry.check_invariants
+    assert isinstance(scheduler, SelfCheckingScheduler), scheduler.name
+    own = scheduler.check_invariants
+    return lambda _s: own()
+
+
+@pytest.fixture
+def make_scheduler() -> Callable[..., Scheduler]:
+    """`make_scheduler(kind, capacity, **fields)`: a registered scheduler by name."""
+    return build_scheduler_for

@@ -108,3 +108,26 @@ def test_the_test_only_scheduler_runs_a_whole_job_through_the_registry_alone(
     assert summary["completed"] == summary["num_requests"] > 0
     with pytest.raises(Exception, match="page_sise"):
         job_config("scheduler=base_fcfs_double", "scheduler.page_sise=16")
+
+
+def fcfs_with_context(kv_capacity_tokens: int, max_model_len: int | None = None,
+                      **fields: object) -> Scheduler:
+    """A `scheduler.target` factory that takes the context length (recorded on the double)."""
+    from fcfs_double import make_scheduler
+
+    sched = make_scheduler(kv_capacity_tokens, **fields)
+    sched.max_model_len = max_model_len  # type: ignore[attr-defined]
+    return sched
+
+
+def test_a_target_scheduler_gets_the_top_level_max_model_len_or_says_it_cannot() -> None:
+    from experiments.build import context_length
+
+    target = {"target": f"{__name__}:fcfs_with_context", "page_size": 16}
+    sched = build_scheduler(target, 256, max_model_len=96)
+    assert sched.max_model_len == 96  # type: ignore[attr-defined]
+    assert context_length(96, target, 8192, "model").source == "max_model_len"
+    assert context_length(None, target, 8192, "model").source == "scheduler.target"
+    with pytest.raises(ValueError, match=r"scheduler.target='fcfs_double:make_scheduler': "
+                                         r"cannot be called with max_model_len"):
+        build_scheduler({"target": "fcfs_double:make_scheduler"}, 256, max_model_len=96)

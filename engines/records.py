@@ -9,40 +9,20 @@ way in batches. Everything per step is O(chunks in the step). Subclass it to obs
 (call `super()` first). Step rows are kept as segments (`engines.step_columns`: a decode run
 is one segment).
 
-Request columns:
-    request_id, arrival_time, first_scheduled_time, first_token_time, finish_time (seconds on
-    the virtual clock; NaN when it never happened), finish_reason ("stop", "length", "abort",
-    "rejected" (the scheduler can never serve it), "rejected_503" (refused at the front door:
-    the queue was full, engines/admission.py), or "" when unfinished), finish_detail (the
-    reason text of an abort or a rejection), prompt_len, max_tokens, eos_output_len,
-    output_len (tokens committed),
-    num_preemptions (plans whose `preempted` named it), victim (num_preemptions > 0),
-    num_computed_tokens (all positions computed, recomputation included),
-    num_recomputed_tokens (positions computed again that this request had computed before),
-    prefix_hit_tokens (start_pos of each admitted chunk, less the tokens swapped in for it in
-    the same step: the prefix-cache hit per admission), num_swaps (times its KV was swapped
-    out to the host),
-    computed_at_preemption (tokens it had computed when each preemption happened),
-    token_times (the time of every output token).
-Step columns:
-    step, start_time, duration_s, num_scheduled_reqs, num_tokens, num_prefill_tokens,
-    num_decode_tokens, num_decode_reqs, num_preempted, num_aborted, num_finished,
-    kv_used_tokens, kv_cached_tokens, num_running, num_waiting (from `stats()` after the
-    step), forward_mode, then the swap columns (`preemption_mode=swap`; zero otherwise):
-    num_swap_out, num_swap_in, num_swap_fallbacks (victims recomputed because the host pool
-    was full), swap_out_tokens, swap_in_tokens, swap_out_bytes, swap_in_bytes, swap_s (the
-    part of duration_s spent copying, as the executor reports it).
-A chunk is decode when it has one token, samples, and computes the sequence's last position,
-which is an output position (start_pos == seq_len - 1 >= prompt_len); every other token is
-prefill.
+The columns are declared once, below (`REQUEST_COLUMNS`, `STEP_COLUMNS`: name, Arrow type,
+meaning): the schemas, the row layouts and the column list appended to this docstring all come
+from there. Adding a metric: DESIGN.md, "Adding a metric".
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections import namedtuple
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -63,59 +43,109 @@ from schedulers.contract import (
 
 NAN = math.nan
 
-REQUEST_SCHEMA = pa.schema([
-    ("request_id", pa.string()),
-    ("arrival_time", pa.float64()),
-    ("first_scheduled_time", pa.float64()),
-    ("first_token_time", pa.float64()),
-    ("finish_time", pa.float64()),
-    ("finish_reason", pa.string()),
-    ("finish_detail", pa.string()),
-    ("prompt_len", pa.int64()),
-    ("max_tokens", pa.int64()),
-    ("eos_output_len", pa.int64()),
-    ("output_len", pa.int64()),
-    ("num_preemptions", pa.int64()),
-    ("victim", pa.bool_()),
-    ("num_computed_tokens", pa.int64()),
-    ("num_recomputed_tokens", pa.int64()),
-    ("prefix_hit_tokens", pa.list_(pa.int64())),
-    ("computed_at_preemption", pa.list_(pa.int64())),
-    ("token_times", pa.list_(pa.float64())),
-    ("num_swaps", pa.int64()),
-])
 
-STEP_SCHEMA = pa.schema([
-    ("step", pa.int64()),
-    ("start_time", pa.float64()),
-    ("duration_s", pa.float64()),
-    ("num_scheduled_reqs", pa.int64()),
-    ("num_tokens", pa.int64()),
-    ("num_prefill_tokens", pa.int64()),
-    ("num_decode_tokens", pa.int64()),
-    ("num_decode_reqs", pa.int64()),
-    ("num_preempted", pa.int64()),
-    ("num_aborted", pa.int64()),
-    ("num_finished", pa.int64()),
-    ("kv_used_tokens", pa.int64()),
-    ("kv_cached_tokens", pa.int64()),
-    ("num_running", pa.int64()),
-    ("num_waiting", pa.int64()),
-    ("forward_mode", pa.string()),
-    ("num_swap_out", pa.int64()),
-    ("num_swap_in", pa.int64()),
-    ("num_swap_fallbacks", pa.int64()),
-    ("swap_out_tokens", pa.int64()),
-    ("swap_in_tokens", pa.int64()),
-    ("swap_out_bytes", pa.int64()),
-    ("swap_in_bytes", pa.int64()),
-    ("swap_s", pa.float64()),
-])
 
+class Column(NamedTuple):
+    """One record column: its name, Arrow type and meaning. `attr` (request columns) is the
+    attribute of the held row that holds its value; `per_step` (step columns) marks a field
+    that varies within a decode run (the others are constant over one)."""
+
+    name: str
+    type: pa.DataType
+    doc: str
+    attr: str = ""
+    per_step: bool = False
+
+
+_I, _F, _S = pa.int64(), pa.float64(), pa.string()
+
+REQUEST_COLUMNS: tuple[Column, ...] = (
+    Column("request_id", _S, "the request's id", "rid"),
+    Column("arrival_time", _F, "seconds on the virtual clock", "arrival"),
+    Column("first_scheduled_time", _F, "first chunk's step start (NaN: never)", "first_sched"),
+    Column("first_token_time", _F, "first output token's step end (NaN: never)",
+           "first_token"),
+    Column("finish_time", _F, "when it ended (NaN: unfinished)", "finish"),
+    Column("finish_reason", _S, 'stop, length, abort, rejected (the scheduler can never serve '
+           'it), rejected_503 (refused at the front door: the queue was full, '
+           'engines/admission.py), or "" when unfinished', "reason"),
+    Column("finish_detail", _S, "the reason text of an abort or a rejection", "detail"),
+    Column("prompt_len", _I, "prompt tokens", "prompt_len"),
+    Column("max_tokens", _I, "the client's output cap", "max_tokens"),
+    Column("eos_output_len", _I, "the output length at which the model emits EOS", "eos_len"),
+    Column("output_len", _I, "output tokens committed", "nout"),
+    Column("num_preemptions", _I, "plans whose `preempted` named it", "npre"),
+    Column("victim", pa.bool_(), "num_preemptions > 0", "victim"),
+    Column("num_computed_tokens", _I, "all positions computed, recomputation included",
+           "computed"),
+    Column("num_recomputed_tokens", _I, "positions computed again that it had computed "
+           "before", "recomputed"),
+    Column("prefix_hit_tokens", pa.list_(_I), "start_pos of each admitted chunk, less the "
+           "tokens swapped in for it in the same step: the prefix-cache hit per admission",
+           "hits"),
+    Column("computed_at_preemption", pa.list_(_I), "tokens it had computed when each "
+           "preemption happened", "at_pre"),
+    Column("token_times", pa.list_(_F), "the time of every output token", "times"),
+    Column("num_swaps", _I, "times its KV was swapped out to the host", "nswaps"),
+)
+
+STEP_COLUMNS: tuple[Column, ...] = (
+    Column("step", _I, "row number"),
+    Column("start_time", _F, "seconds on the virtual clock", per_step=True),
+    Column("duration_s", _F, "the step's duration (measured, or the cost model's)",
+           per_step=True),
+    Column("num_scheduled_reqs", _I, "requests with a chunk"),
+    Column("num_tokens", _I, "tokens computed"),
+    Column("num_prefill_tokens", _I, "of which prefill (every token not decode)"),
+    Column("num_decode_tokens", _I, "of which decode: a chunk of one token that samples and "
+           "computes the sequence's last position, an output position (start_pos == seq_len - "
+           "1 >= prompt_len)"),
+    Column("num_decode_reqs", _I, "decode chunks"),
+    Column("num_preempted", _I, "requests preempted (vLLM) or retracted (SGLang)"),
+    Column("num_aborted", _I, "requests aborted while planning"),
+    Column("num_finished", _I, "requests finished by the step", per_step=True),
+    Column("kv_used_tokens", _I, "slots held by live requests after the step (`stats()`)",
+           per_step=True),
+    Column("kv_cached_tokens", _I, "slots held only by the prefix cache", per_step=True),
+    Column("num_running", _I, "running requests after the step", per_step=True),
+    Column("num_waiting", _I, "waiting requests after the step", per_step=True),
+    Column("forward_mode", _S, "mixed (vLLM), extend / decode (SGLang), idle"),
+    # the swap columns (`preemption_mode=swap`; zero otherwise)
+    Column("num_swap_out", _I, "requests whose KV went to the host"),
+    Column("num_swap_in", _I, "requests whose KV came back"),
+    Column("num_swap_fallbacks", _I, "victims recomputed because the host pool was full"),
+    Column("swap_out_tokens", _I, "tokens copied to the host"),
+    Column("swap_in_tokens", _I, "tokens copied back"),
+    Column("swap_out_bytes", _I, "bytes copied to the host"),
+    Column("swap_in_bytes", _I, "bytes copied back"),
+    Column("swap_s", _F, "the part of duration_s spent copying, as the executor reports it"),
+)
+
+REQUEST_SCHEMA = pa.schema([(c.name, c.type) for c in REQUEST_COLUMNS])
+STEP_SCHEMA = pa.schema([(c.name, c.type) for c in STEP_COLUMNS])
 # The step fields that vary within a decode run (the others are constant over it; "step" is
 # the row number).
-STEP_FIELDS_PER_STEP = ("start_time", "duration_s", "num_finished", "kv_used_tokens",
-                        "kv_cached_tokens", "num_running", "num_waiting")
+STEP_FIELDS_PER_STEP = tuple(c.name for c in STEP_COLUMNS if c.per_step)
+
+
+def row_type(name: str, columns: Sequence[Column]) -> Callable[..., tuple[Any, ...]]:
+    """A tuple type whose fields are the columns, in order: rows built by column name (a
+    missing or unknown name is a TypeError), laid out as the schema."""
+    fields = [c.name for c in columns]
+    return namedtuple(name, fields)
+
+
+# A step row (what StepColumns takes), built by column name.
+StepRow = row_type("StepRow", STEP_COLUMNS)
+
+
+def columns_doc(title: str, columns: Sequence[Column]) -> str:
+    """The columns as a docstring section: one `name (type): meaning` line each."""
+    return "\n".join([f"{title}:"] + [f"    {c.name} ({c.type}): {c.doc}" for c in columns])
+
+
+__doc__ = "\n".join([__doc__ or "", columns_doc("Request columns", REQUEST_COLUMNS),
+                     columns_doc("Step columns", STEP_COLUMNS), ""])
 
 FINISH_REASONS = ("stop", "length", "abort", "rejected", OVERLOADED)
 
@@ -132,6 +162,15 @@ def _list_column(values: Sequence[array], typ: pa.DataType, np_dtype: type) -> p
     flat: np.ndarray = np.frombuffer(joined, dtype=np_dtype)
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                     pa.array(flat, type=typ.value_type), type=typ)
+
+
+def _column_array(values: list[object], typ: pa.DataType) -> pa.Array:
+    """One column of a request batch: list columns from their typed arrays' buffers."""
+    if pa.types.is_list(typ):
+        float_items = pa.types.is_float64(typ.value_type)
+        return _list_column(values, typ,  # type: ignore[arg-type]
+                            np.float64 if float_items else np.int64)
+    return pa.array(values, typ)
 
 
 class _Row:
@@ -185,12 +224,13 @@ class _Row:
         self.times = array("d")
         self.nswaps = 0
 
-    def as_tuple(self) -> tuple[object, ...]:
-        """The row in `REQUEST_SCHEMA` order."""
-        return (self.rid, self.arrival, self.first_sched, self.first_token, self.finish,
-                self.reason, self.detail, self.prompt_len, self.max_tokens, self.eos_len,
-                self.nout, self.npre, self.npre > 0, self.computed, self.recomputed,
-                self.hits, self.at_pre, self.times, self.nswaps)
+    @property
+    def victim(self) -> bool:
+        return self.npre > 0
+
+
+# A held row's values in `REQUEST_SCHEMA` order.
+_row_values = attrgetter(*(c.attr for c in REQUEST_COLUMNS))
 
 
 class Recorder:
@@ -329,13 +369,18 @@ class Recorder:
             held = rows.get(rid)
             if held is not None:
                 self._end(held, why, "", end)
-        self._add_step_row((
-            self._num_steps, start, end - start, len(plan.chunks), prefill + decode,
-            prefill, decode, decode, len(plan.preempted), len(plan.aborted),
-            len(events.finished), stats.kv_used_tokens, stats.kv_cached_tokens,
-            stats.num_running, stats.num_waiting, plan.forward_mode,
-            len(plan.swap_out), len(plan.swap_in), len(plan.swap_fallbacks), swap_out_tokens,
-            swap_in_tokens, result.swap_out_bytes, result.swap_in_bytes, result.swap_s,
+        self._add_step_row(StepRow(
+            step=self._num_steps, start_time=start, duration_s=end - start,
+            num_scheduled_reqs=len(plan.chunks), num_tokens=prefill + decode,
+            num_prefill_tokens=prefill, num_decode_tokens=decode, num_decode_reqs=decode,
+            num_preempted=len(plan.preempted), num_aborted=len(plan.aborted),
+            num_finished=len(events.finished), kv_used_tokens=stats.kv_used_tokens,
+            kv_cached_tokens=stats.kv_cached_tokens, num_running=stats.num_running,
+            num_waiting=stats.num_waiting, forward_mode=plan.forward_mode,
+            num_swap_out=len(plan.swap_out), num_swap_in=len(plan.swap_in),
+            num_swap_fallbacks=len(plan.swap_fallbacks), swap_out_tokens=swap_out_tokens,
+            swap_in_tokens=swap_in_tokens, swap_out_bytes=result.swap_out_bytes,
+            swap_in_bytes=result.swap_in_bytes, swap_s=result.swap_s,
         ))
 
     def on_decode_run(self, run: DecodeRun, starts: Sequence[float], ends: Sequence[float],
@@ -369,10 +414,15 @@ class Recorder:
         if stats.finished:
             num_finished = [0] * (k - 1) + [len(stats.finished)]
             running = [stats.num_running] * (k - 1) + [stats.num_running_after]
-        self._steps.extend(k, (
-            first, starts, [e - s for s, e in zip(starts, ends, strict=True)],
-            b, b, 0, b, b, 0, 0, num_finished, stats.kv_used_tokens, stats.kv_cached_tokens,
-            running, stats.num_waiting, run.forward_mode, 0, 0, 0, 0, 0, 0, 0, 0.0))
+        self._steps.extend(k, StepRow(
+            step=first, start_time=starts,
+            duration_s=[e - s for s, e in zip(starts, ends, strict=True)],
+            num_scheduled_reqs=b, num_tokens=b, num_prefill_tokens=0, num_decode_tokens=b,
+            num_decode_reqs=b, num_preempted=0, num_aborted=0, num_finished=num_finished,
+            kv_used_tokens=stats.kv_used_tokens, kv_cached_tokens=stats.kv_cached_tokens,
+            num_running=running, num_waiting=stats.num_waiting, forward_mode=run.forward_mode,
+            num_swap_out=0, num_swap_in=0, num_swap_fallbacks=0, swap_out_tokens=0,
+            swap_in_tokens=0, swap_out_bytes=0, swap_in_bytes=0, swap_s=0.0))
         self._num_steps += k
         if len(self._steps) >= self._step_batch_rows:
             self._flush_steps()
@@ -398,7 +448,7 @@ class Recorder:
 
     def _release(self, row: _Row) -> None:
         del self._rows[row.rid], self._by_num[row.i]
-        self._row_batch.append(row.as_tuple())
+        self._row_batch.append(_row_values(row))
         if not self.spooled:
             self._row_order.append(row.i)
         self._batch_times += len(row.times)
@@ -413,11 +463,7 @@ class Recorder:
             return
         # lists, not tuples: pyarrow converts a tuple of strings a hundred times slower
         cols = [list(c) for c in zip(*rows, strict=True)]
-        arrays = [pa.array(c, f.type) for c, f in zip(cols[:15], REQUEST_SCHEMA, strict=False)]
-        arrays += [_list_column(cols[15], pa.list_(pa.int64()), np.int64),
-                   _list_column(cols[16], pa.list_(pa.int64()), np.int64),
-                   _list_column(cols[17], pa.list_(pa.float64()), np.float64),
-                   pa.array(cols[18], pa.int64())]
+        arrays = [_column_array(c, f.type) for c, f in zip(cols, REQUEST_SCHEMA, strict=True)]
         self._req_sink.write(pa.RecordBatch.from_arrays(arrays, schema=REQUEST_SCHEMA))
 
     def _flush_steps(self) -> None:

@@ -15,7 +15,7 @@ import dataclasses
 import enum
 import itertools
 import typing
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,23 +27,25 @@ from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.workloads import PARAMS as WORKLOAD_PARAMS
 from experiments.workloads import LengthDist
 from schedulers import registry
+from schedulers.eviction import EvictionOptions
 
 _MIRRORS: dict[type, type] = {}
 
 
 def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
-           extra: Sequence[tuple[str, Any, Any]] = (), optional: Sequence[str] = ()) -> type:
+           extra: Sequence[tuple[str, Any, Any]] = (), optional: Sequence[str] = (),
+           last: Collection[str] = ()) -> type:
     """A plain (mutable) dataclass with the fields, types and defaults of dataclass `cls`,
-    minus `drop`, plus `extra` (name, type, default) first; fields in `optional` also accept
-    null; required fields default to MISSING. Nested dataclass types are mirrored too. The
-    class lives in this module under `name`, so configs that hold it pickle (the joblib
-    launcher ships them to workers)."""
+    minus `drop`, plus `extra` (name, type, default) first and the fields in `last` last;
+    fields in `optional` also accept null; required fields default to MISSING. Nested
+    dataclass types are mirrored too. The class lives in this module under `name`, so
+    configs that hold it pickle (the joblib launcher ships them to workers)."""
     assert dataclasses.is_dataclass(cls)
     hints = typing.get_type_hints(cls)
     specs: list[tuple[str, Any, Any]] = []
     for fname, typ, default in extra:
         specs.append((fname, typ, field(default=default)))
-    for f in dataclasses.fields(cls):
+    for f in sorted(dataclasses.fields(cls), key=lambda f: f.name in last):
         if f.name in drop:
             continue
         typ = hints[f.name]
@@ -204,9 +206,12 @@ def scheduler_schema(entry: registry.SchedulerEntry) -> type:
     if schema is None:
         cls_name = entry.config_cls.__name__
         optional = (entry.context_field,) if entry.context_field is not None else ()
+        # the eviction options every scheduler shares (a base class) after its own fields
+        shared = [f.name for f in dataclasses.fields(EvictionOptions)] \
+            if issubclass(entry.config_cls, EvictionOptions) else []
         schema = mirror(entry.config_cls, f"{cls_name.removesuffix('Config')}Schema",
                         drop=(entry.capacity_field,), extra=[("name", str, entry.name)],
-                        optional=optional)
+                        optional=optional, last=shared)
         SCHEDULER_SCHEMAS[entry.name] = schema
     return schema
 

@@ -202,7 +202,10 @@ def _rows(schema: type, node: Any, yaml_path: Path | None, prefix: str = "", gro
           ) -> Iterator[tuple[str, str, str, str]]:
     """(key, type, default, meaning) of every field of `schema` (nested ones dotted)."""
     origin = _origin(schema)
-    comments = {**_source_comments(schema), **(_source_comments(origin) if origin else {})}
+    comments = _source_comments(schema)
+    for cls in reversed(origin.__mro__ if origin else ()):  # a base declares shared fields
+        if dataclasses.is_dataclass(cls):
+            comments.update(_source_comments(cls))
     yaml = _yaml_comments(yaml_path) if yaml_path else {}
     hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):
@@ -217,7 +220,10 @@ def _rows(schema: type, node: Any, yaml_path: Path | None, prefix: str = "", gro
         meaning = (comments.get(f.name) or yaml.get(key) or yaml.get(f.name)
                    or _docstring_sentence(origin or schema, f.name)
                    or (_docstring_sentence(schema, f.name) if origin else "")
-                   or _shared_meaning(f"{group}.{key}" if group else key))
+                   or _shared_meaning(f"{group}.{key}" if group else key)
+                   # a field a base class shares (schedulers/eviction.py)
+                   or next((text for cls in (origin.__mro__[1:] if origin else ())
+                            if (text := _docstring_sentence(cls, f.name))), ""))
         if isinstance(node, DictConfig) and OmegaConf.is_missing(node, f.name):
             default = "(required)"
         elif isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, f.name):

@@ -28,13 +28,11 @@ COUNTERPARTS: dict[tuple[str, str], str] = {
     ("vllm", "max_num_batched_tokens"): "chunked_prefill_size",
     ("vllm", "block_size"): "page_size",
     ("vllm", "policy"): "schedule_policy",
-    ("vllm", "victim_seed"): "random_seed",
     ("sglang", "max_running_requests"): "max_num_seqs",
     ("sglang", "chunked_prefill_size"): "max_num_batched_tokens",
     ("sglang", "max_prefill_tokens"): "max_num_batched_tokens",
     ("sglang", "page_size"): "block_size",
     ("sglang", "schedule_policy"): "policy",
-    ("sglang", "random_seed"): "victim_seed",
 }
 # Keys that are one knob for both schedulers at the top level of the config.
 TOP_LEVEL: dict[str, str] = {"max_model_len": "max_model_len",

@@ -199,7 +199,7 @@ class DecodeRunStats:
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """What the engine drives. Implemented by `schedulers.vllm` and `schedulers.sglang`."""
+    """What the engine drives. Implemented by the schedulers of `schedulers.registry`."""
 
     name: str
     page_size: int

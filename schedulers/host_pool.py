@@ -59,8 +59,6 @@ class HostKVPool:
         self.free_pages: deque[int] = deque(range(self.num_pages))
         self.swapped: dict[str, SwappedKV] = {}
         self.releasing: list[int] = []
-        self.num_swap_outs = 0
-        self.num_swap_ins = 0
         self.num_fallbacks = 0
 
     def num_pages_for(self, num_tokens: int) -> int:
@@ -84,7 +82,6 @@ class HostKVPool:
         pop = self.free_pages.popleft
         host = [pop() for _ in range(n)]
         self.swapped[request_id] = SwappedKV(host, num_tokens)
-        self.num_swap_outs += 1
         return SwapOp(request_id, list(device_page_ids[:n]), list(host), num_tokens)
 
     def swap_in(self, request_id: str, device_page_ids: list[int]) -> SwapOp:
@@ -94,7 +91,6 @@ class HostKVPool:
         n = len(kv.host_page_ids)
         assert len(device_page_ids) >= n, (request_id, len(device_page_ids), n)
         self.releasing.extend(kv.host_page_ids)
-        self.num_swap_ins += 1
         return SwapOp(request_id, list(device_page_ids[:n]), kv.host_page_ids, kv.num_tokens)
 
     def drop(self, request_id: str) -> None:

@@ -8,7 +8,7 @@
 #               8,192-token KV pool, 4x / 5x / 6x the recorded load.
 # 2 traces x 3 loads x 7 policies x 2 modes x 2 schedulers = 168 runs (joblib, 2 workers).
 # Results: results/victim_policies/<trace>/ (tables per trace), results/victim_policies/
-# (summary tables and figures, experiments/policy_report.py). Raw runs: <trace>/runs/ (git-ignored).
+# (summary tables and figures, scripts/policy_report.py). Raw runs: <trace>/runs/ (git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
@@ -35,5 +35,5 @@ sweep azure_code "Victim policies: Azure 2023 code"
 sweep mooncake "Victim policies: Mooncake synthetic" workload=mooncake \
     kv_capacity_tokens=8192 max_model_len=8192 workload.max_requests=3000 \
     workload.max_input_len=4096 workload.max_tokens=null workload.rate_scale=4,5,6
-"$py" -m experiments.policy_report "$out" azure_code mooncake
+"$py" scripts/policy_report.py "$out" azure_code mooncake
 echo "victim_policies: $((SECONDS - start)) s wall; tables and figures in $out, raw runs in $out/*/runs"

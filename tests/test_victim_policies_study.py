@@ -1,6 +1,6 @@
 """The victim-policy study (scripts/reproduce_victim_policies.sh) in miniature: its preset
 sweeps policy x preemption mode x scheduler x load on a trace, and its reports (per-trace
-tables with the swap columns, then experiments.policy_report) run end to end."""
+tables with the swap columns, then scripts/policy_report.py) run end to end."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from experiments.policy_report import write_policy_report
 from experiments.report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +50,12 @@ def test_tiny_victim_policy_study_runs_end_to_end(tmp_path: Path) -> None:
                if r["scheduler.preemption_mode"] == "recompute")
     head = (out / "azure_code" / "headline.md").read_text()
     assert "num_swap_out[vllm]" in head and "p99_e2el_nonvictim_ms[sglang]" in head
-    paths = write_policy_report(out, ["azure_code"])
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "policy_report.py"), str(out),
+                           "azure_code"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    paths = {name: out / name for name in ("runs.csv", "best.csv", "azure_code_policies.png",
+                                           "azure_code_swap_vs_recompute.png")}
     with open(paths["runs.csv"]) as f:
         runs = list(csv.DictReader(f))
     assert len(runs) == 8 and {r["trace"] for r in runs} == {"azure_code"}

@@ -21,7 +21,7 @@ def vllm_sched(policy: str, num_blocks: int, seed: int = 0, max_num_seqs: int = 
     return VllmScheduler(VllmSchedulerConfig(
         num_blocks=num_blocks, block_size=4, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, victim_policy=policy,
-        victim_seed=seed))
+        random_seed=seed))
 
 
 def vllm_until_preemption(s: VllmScheduler, spec: list[tuple[int, int, int]]) -> StepPlan:
@@ -248,7 +248,7 @@ def test_sglang_victim_policy_and_priority_retraction_do_not_mix() -> None:
 
 
 @pytest.mark.parametrize(("overrides", "field"), [
-    (["scheduler.victim_policy=least_progress", "scheduler.victim_seed=7"], "victim_seed"),
+    (["scheduler.victim_policy=least_progress", "scheduler.random_seed=7"], "random_seed"),
     (["scheduler=sglang", "scheduler.victim_policy=least_progress",
       "scheduler.random_seed=7"], "random_seed"),
 ])
@@ -262,3 +262,32 @@ def test_hydra_overrides_reach_the_scheduler(overrides: list[str], field: str) -
     config = sched.config  # type: ignore[attr-defined]
     assert config.victim_policy == "least_progress"
     assert getattr(config, field) == 7
+
+
+def test_eviction_options_are_declared_once_for_every_scheduler() -> None:
+    """preemption_mode, host_kv_capacity_tokens, victim_policy and random_seed: one
+    declaration (schedulers/eviction.py) that every scheduler's config inherits, none of them
+    restated in a scheduler's YAML, one seed name (vLLM's old victim_seed is gone)."""
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from schedulers import registry
+    from schedulers.eviction import EvictionOptions
+
+    shared = [f.name for f in dataclasses.fields(EvictionOptions)]
+    assert shared == ["preemption_mode", "host_kv_capacity_tokens", "victim_policy",
+                      "random_seed"]
+    conf = Path(__file__).resolve().parents[1] / "conf" / "scheduler"
+    for name in registry.names():
+        assert issubclass(registry.get(name).config_cls, EvictionOptions), name
+        keys = re.findall(r"^(\w+):", (conf / f"{name}.yaml").read_text(), re.M)
+        assert not set(keys) & set(shared), name
+    from test_reliability_config import job_config
+
+    with pytest.raises(Exception, match="victim_seed"):
+        job_config("scheduler.victim_seed=7")
+    for name in registry.names():
+        with pytest.raises(ValueError, match=rf"{name} scheduler: random_seed=-1: must be at "
+                                             "least 0"):
+            registry.get(name).config(1024, random_seed=-1)

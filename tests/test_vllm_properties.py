@@ -34,7 +34,7 @@ def workloads(draw: st.DrawFn) -> tuple[VllmSchedulerConfig, list[tuple[int, Req
         policy=draw(st.sampled_from(["fcfs", "priority"])),
         enable_prefix_caching=draw(st.booleans()),
         victim_policy=draw(st.sampled_from(VICTIM_POLICIES)),
-        victim_seed=draw(st.integers(0, 3)),
+        random_seed=draw(st.integers(0, 3)),
     )
     prefixes = [[draw(st.integers(3, 50)) for _ in range(draw(st.integers(0, 40)))]
                 for _ in range(2)]

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedulers.host_pool import check_preemption_config
-from schedulers.victim_policy import check_victim_policy
+from schedulers.eviction import EvictionOptions, config_error
 
 # mirrors python/sglang/srt/managers/schedule_policy.py: CacheAwarePolicy / CacheAgnosticPolicy
 # (the five policies the oracle covers; hrrn, routing-key and shortest-prefill-first are not here)
@@ -19,7 +18,7 @@ RETRACTION_POLICIES = ("length", "priority")
 
 
 @dataclass(frozen=True, slots=True)
-class SglangSchedulerConfig:
+class SglangSchedulerConfig(EvictionOptions):
     """What `Scheduler.__init__` of SGLang v0.5.22 reads, named as upstream names it.
 
     `max_total_tokens` is the token-slot pool (`--max-total-tokens`); with `page_size` > 1 the
@@ -29,12 +28,10 @@ class SglangSchedulerConfig:
     None (or <= 0, as upstream's -1) disables chunked prefill. `context_length` is the model's
     (None: unbounded, only the pool limits a prompt).
 
-    `preemption_mode`: recompute (upstream) or swap (a retracted request's KV goes to a host
-    pool of `host_kv_capacity_tokens` slots, a multiple of `page_size`, and comes back when it
-    is admitted again; with the pool full it is recomputed). Not upstream fields.
-    (None: unbounded, only the pool limits a prompt). `victim_policy` is ours
-    (schedulers/victim_policy.py): `default` keeps upstream's retraction order
-    (`retraction_policy`); any other name replaces it, its `random` seeded by `random_seed`.
+    The eviction options (`preemption_mode`, `host_kv_capacity_tokens`, `victim_policy`,
+    `random_seed`, upstream's `--random-seed`) are every scheduler's (schedulers/eviction.py);
+    `victim_policy=default` keeps upstream's retraction order (`retraction_policy`), any other
+    name replaces it.
     """
 
     max_total_tokens: int
@@ -45,13 +42,11 @@ class SglangSchedulerConfig:
     max_prefill_tokens: int = 16384
     prefill_max_requests: int | None = None
     schedule_conservativeness: float = 1.0
-    random_seed: int = 0
     enable_priority_scheduling: bool = False
     disable_priority_preemption: bool = False
     schedule_low_priority_values_first: bool = False
     priority_scheduling_preemption_threshold: int = 10
     retraction_policy: str = "length"
-    victim_policy: str = "default"
     context_length: int | None = None
     # environ.py constants (SGLANG_*), kept overridable for experiments
     init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -63,12 +58,10 @@ class SglangSchedulerConfig:
     # schedule_policy.py module constants (IN_BATCH_PREFIX_CACHING_*_THRESHOLD)
     in_batch_prefix_caching_check_threshold: int = 32
     in_batch_prefix_caching_deprioritize_threshold: int = 32
-    preemption_mode: str = "recompute"
-    host_kv_capacity_tokens: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, why: str) -> ValueError:
-            return ValueError(f"sglang scheduler: {name}={value!r}: {why}")
+            return config_error("sglang scheduler", name, value, why)
 
         def need_int(name: str, value: object, low: int) -> None:
             if isinstance(value, bool) or not isinstance(value, int):
@@ -100,13 +93,12 @@ class SglangSchedulerConfig:
         ):
             raise bad("schedule_conservativeness", self.schedule_conservativeness,
                       "must be a positive number")
-        need_int("random_seed", self.random_seed, 0)
         need_int("priority_scheduling_preemption_threshold",
                  self.priority_scheduling_preemption_threshold, -(2**62))
         if self.retraction_policy not in RETRACTION_POLICIES:
             raise bad("retraction_policy", self.retraction_policy,
                       f"valid: {', '.join(RETRACTION_POLICIES)}")
-        check_victim_policy("sglang scheduler", self.victim_policy)
+        self.check_eviction_options("sglang scheduler", self.page_size)
         if self.victim_policy != "default" and self.retraction_policy != "length":
             raise bad("victim_policy", self.victim_policy,
                       f"replaces retraction_policy={self.retraction_policy!r}; set one of "
@@ -125,8 +117,6 @@ class SglangSchedulerConfig:
                  self.in_batch_prefix_caching_check_threshold, -1)
         need_int("in_batch_prefix_caching_deprioritize_threshold",
                  self.in_batch_prefix_caching_deprioritize_threshold, 0)
-        check_preemption_config("sglang scheduler", self.preemption_mode,
-                                self.host_kv_capacity_tokens, self.page_size)
 
     # ------------------------------------------------------------------ derived values
     @property

@@ -43,7 +43,6 @@ class Req:
         "priority",
         "req_pool_idx",
         "request",
-        "retracted_stain",
         "retraction_count",
         "rid",
         "to_finish",
@@ -78,7 +77,6 @@ class Req:
         self.to_finish: str | None = None  # an abort message, applied at the next update
         self.inflight_middle_chunks = 0
         self.is_retracted = False
-        self.retracted_stain = False
         self.retraction_count = 0
         self.wait_queue_entry_time = 0
         self.admitted = False  # first chunk after (re)admission in the batch being built
@@ -165,7 +163,6 @@ class Req:
         self.lock = None
         self.extend_end = None
         self.is_retracted = True
-        self.retracted_stain = True
         self.inflight_middle_chunks = 0
         assert self.req_pool_idx is None, "expect it is already released"
         self.kv_committed_len = 0

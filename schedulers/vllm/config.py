@@ -8,21 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedulers.host_pool import check_preemption_config
-from schedulers.victim_policy import check_victim_policy
+from schedulers.eviction import EvictionOptions, config_error
 
 POLICIES = ("fcfs", "priority")
 
 
 @dataclass(frozen=True, slots=True)
-class VllmSchedulerConfig:
+class VllmSchedulerConfig(EvictionOptions):
     """`num_blocks` counts the reserved null block, as upstream does (64 leave 63 usable).
 
-    `preemption_mode`: recompute (upstream v1) or swap (a victim's KV goes to a host pool of
-    `host_kv_capacity_tokens` slots, a multiple of `block_size`; when it is full the victim
-    is recomputed). Not upstream v1 fields; vLLM v0 had `preemption_mode` and `swap_space`.
-    `victim_policy` and `victim_seed` are ours (schedulers/victim_policy.py): `default` keeps
-    upstream's choice of whom to preempt; `victim_seed` seeds the `random` policy.
+    The eviction options (`preemption_mode`, `host_kv_capacity_tokens`, `victim_policy`,
+    `random_seed`) are every scheduler's (schedulers/eviction.py), not upstream v1 fields
+    (vLLM v0 had `preemption_mode` and `swap_space`); `victim_policy=default` keeps
+    upstream's choice of whom to preempt.
     """
 
     num_blocks: int
@@ -35,14 +33,10 @@ class VllmSchedulerConfig:
     watermark: float = 0.0
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
-    preemption_mode: str = "recompute"
-    host_kv_capacity_tokens: int = 0
-    victim_policy: str = "default"
-    victim_seed: int = 0
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, why: str) -> ValueError:
-            return ValueError(f"vllm scheduler: {field}={value!r}: {why}")
+            return config_error("vllm scheduler", field, value, why)
 
         if self.block_size < 1:
             raise bad("block_size", self.block_size, "must be at least 1")
@@ -68,9 +62,7 @@ class VllmSchedulerConfig:
             raise bad("watermark", self.watermark, "must be in [0, 1)")
         if self.policy not in POLICIES:
             raise bad("policy", self.policy, f"valid: {', '.join(POLICIES)}")
-        check_preemption_config("vllm scheduler", self.preemption_mode,
-                                self.host_kv_capacity_tokens, self.block_size)
-        check_victim_policy("vllm scheduler", self.victim_policy)
+        self.check_eviction_options("vllm scheduler", self.block_size)
 
     @classmethod
     def from_capacity(cls, kv_capacity_tokens: int, block_size: int = 16, **kwargs: object

@@ -60,7 +60,7 @@ class VllmScheduler:
         self.max_model_len = config.max_model_len
         self.policy = config.policy
         self.victim_policy = config.victim_policy
-        self.victim_rng = random.Random(config.victim_seed)
+        self.victim_rng = random.Random(config.random_seed)
         self.kv_cache_manager = KVCacheManager(
             num_blocks=config.num_blocks,
             block_size=config.block_size,

@@ -1,6 +1,7 @@
+#!/usr/bin/env python3
 """The victim-policy study's summary (scripts/reproduce_victim_policies.sh).
 
-    python -m experiments.policy_report OUT TRACE [TRACE ...]
+    python scripts/policy_report.py OUT TRACE [TRACE ...]
 
 reads `OUT/<TRACE>/comparison.csv` (written by `experiments.report` for each trace's
 multirun, which sweeps `scheduler`, `scheduler.preemption_mode`, `scheduler.victim_policy`
@@ -20,9 +21,12 @@ and `workload.rate_scale`) and writes into OUT:
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import matplotlib
 
@@ -35,6 +39,7 @@ from matplotlib.lines import Line2D
 from experiments.figures import _save, scheduler_color, shade, style
 from experiments.report import markdown
 from experiments.sinks import write_text
+from schedulers import registry
 
 POLICIES: tuple[str, ...] = ("default", "latest_arrival", "fewest_outputs", "least_progress",
                              "most_kv", "shortest_remaining", "random")
@@ -133,7 +138,7 @@ def policy_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
     per scheduler and mode, one bar per load."""
     df = runs[runs["trace"] == trace]
     loads = sorted(df["load"].unique())
-    panels = [(s, m) for s in ("vllm", "sglang") for m in MODES
+    panels = [(s, m) for s in registry.names() for m in MODES
               if len(df[(df["scheduler"] == s) & (df["mode"] == m)])]
     metrics = [("num_preemptions", "evictions (count)"),
                ("p99_e2el_victim_ms", "victims' p99 E2E latency (ms)"),
@@ -169,7 +174,7 @@ def swap_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
     (dashed), one line per load, one panel per scheduler; below, swap time share."""
     df = runs[runs["trace"] == trace]
     loads = sorted(df["load"].unique())
-    scheds = [s for s in ("vllm", "sglang") if s in set(df["scheduler"])]
+    scheds = [s for s in registry.names() if s in set(df["scheduler"])]
     x = np.arange(len(POLICIES))
     with style():
         fig, axes = plt.subplots(2, len(scheds), figsize=(3.4 * len(scheds), 4.2),

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections import namedtuple
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
@@ -128,15 +127,22 @@ STEP_SCHEMA = pa.schema([(c.name, c.type) for c in STEP_COLUMNS])
 STEP_FIELDS_PER_STEP = tuple(c.name for c in STEP_COLUMNS if c.per_step)
 
 
-def row_type(name: str, columns: Sequence[Column]) -> Callable[..., tuple[Any, ...]]:
-    """A tuple type whose fields are the columns, in order: rows built by column name (a
-    missing or unknown name is a TypeError), laid out as the schema."""
-    fields = [c.name for c in columns]
-    return namedtuple(name, fields)
+def row_builder(columns: Sequence[Column]) -> Callable[..., tuple[Any, ...]]:
+    """A function taking every column by name (keyword-only: a missing, unknown or positional
+    argument is a TypeError) and returning the row as a tuple in the columns' order."""
+    names = [c.name for c in columns]
+    if not all(n.isidentifier() for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"records: column names must be distinct identifiers: {names}")
+    args = ", ".join(names)
+    namespace: dict[str, Any] = {}
+    # compiled once from the declarations (as collections.namedtuple does): a plain function
+    # call by keyword is the cheapest way to build a row by name on the hot path
+    exec(f"def row(*, {args}):\n    return ({args},)\n", namespace)
+    return cast(Callable[..., tuple[Any, ...]], namespace["row"])
 
 
 # A step row (what StepColumns takes), built by column name.
-StepRow = row_type("StepRow", STEP_COLUMNS)
+StepRow = row_builder(STEP_COLUMNS)
 
 
 def columns_doc(title: str, columns: Sequence[Column]) -> str:

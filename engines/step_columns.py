@@ -11,9 +11,9 @@ from buffers and per-segment columns, not from a Python object per step.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from operator import itemgetter
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,9 @@ class StepColumns:
                          if f.name not in per_step and i != self._index]
         self._step_cols = [array("d" if pa.types.is_float64(schema.field(i).type) else "q")
                            for i in self._step_idx]
+        # (field index, bound append of its column): one step row costs one call per field
+        self._step_appends: list[tuple[int, Callable[[Any], None]]] = [
+            (i, col.append) for i, col in zip(self._step_idx, self._step_cols, strict=True)]
         self._seg_of = itemgetter(*self._seg_idx) if len(self._seg_idx) > 1 else \
             (lambda row: tuple(row[i] for i in self._seg_idx))
         # the per-segment fields of each segment (object: bad input is caught in `table`)
@@ -62,8 +65,8 @@ class StepColumns:
 
     def append(self, row: Sequence[Value]) -> None:
         """Add one row (a segment of one step), its values in schema order."""
-        for i, col in zip(self._step_idx, self._step_cols, strict=True):
-            col.append(row[i])  # type: ignore[arg-type]
+        for i, add in self._step_appends:
+            add(row[i])
         self._segments.append(self._seg_of(row))
         self._lengths.append(1)
         self._num_rows += 1

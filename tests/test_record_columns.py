@@ -35,6 +35,8 @@ def test_every_request_column_reads_an_attribute_of_the_held_row() -> None:
 def test_a_step_row_is_built_by_name_in_schema_order() -> None:
     values = {name: i for i, name in enumerate(STEP_SCHEMA.names)}
     assert tuple(StepRow(**values)) == tuple(range(len(STEP_SCHEMA)))
+    with pytest.raises(TypeError):
+        StepRow(*values.values())  # by name only
     del values["swap_s"]
     with pytest.raises(TypeError, match="swap_s"):
         StepRow(**values)

@@ -5,6 +5,7 @@ through the registry alone (its package and its entry: no YAML, no code in exper
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,8 +70,9 @@ def test_every_registered_scheduler_honours_the_contract(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", registry.all_names())
-def test_capabilities_are_what_the_engine_sees(name: str) -> None:
-    sched = build_scheduler_for(name, CAPACITY)
+def test_capabilities_are_what_the_engine_sees(
+        name: str, make_scheduler: Callable[..., Scheduler]) -> None:
+    sched = make_scheduler(name, CAPACITY)
     engine = Engine(sched, tiny_sim(), [])
     assert engine.decode_runs == isinstance(sched, DecodeRunScheduler)
 

@@ -10,8 +10,8 @@ way in batches. Everything per step is O(chunks in the step). Subclass it to obs
 is one segment).
 
 The columns are declared once, below (`REQUEST_COLUMNS`, `STEP_COLUMNS`: name, Arrow type,
-meaning): the schemas, the row layouts and the column list appended to this docstring all come
-from there. Adding a metric: DESIGN.md, "Adding a metric".
+meaning): the schemas, the row layouts and the column list (`columns_doc`) all come from
+there. Adding a metric: DESIGN.md, "Adding a metric".
 """
 
 from __future__ import annotations
@@ -149,9 +149,6 @@ def columns_doc(title: str, columns: Sequence[Column]) -> str:
     """The columns as a docstring section: one `name (type): meaning` line each."""
     return "\n".join([f"{title}:"] + [f"    {c.name} ({c.type}): {c.doc}" for c in columns])
 
-
-__doc__ = "\n".join([__doc__ or "", columns_doc("Request columns", REQUEST_COLUMNS),
-                     columns_doc("Step columns", STEP_COLUMNS), ""])
 
 FINISH_REASONS = ("stop", "length", "abort", "rejected", OVERLOADED)
 

@@ -21,8 +21,10 @@ def test_schemas_and_docs_come_from_the_declarations() -> None:
     assert STEP_SCHEMA.names == [c.name for c in STEP_COLUMNS]
     assert [f.type for f in STEP_SCHEMA] == [c.type for c in STEP_COLUMNS]
     assert tuple(c.name for c in STEP_COLUMNS if c.per_step) == STEP_FIELDS_PER_STEP
-    doc = records.__doc__ or ""
+    doc = records.columns_doc("Request columns", REQUEST_COLUMNS) + \
+        records.columns_doc("Step columns", STEP_COLUMNS)
     for c in (*REQUEST_COLUMNS, *STEP_COLUMNS):
+        assert c.doc
         assert f"    {c.name} ({c.type}): {c.doc}" in doc
 
 

@@ -51,6 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import experiments  # noqa: E402, F401  (first: SCHEDBENCH_CORE=compiled installs its finder)
 from schedulers import registry  # noqa: E402
 
 DEFAULT_TRACE_DIR = ROOT.parent / "shared" / "data" / "traces"

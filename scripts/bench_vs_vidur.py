@@ -249,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time a one-request run per scheduler each round")
     ap.add_argument("--vidur", default=None,
                     help="a venv folder (or python executable) with vidur 0.0.26 installed")
+    ap.add_argument("--vidur-script", default=None,
+                    help="instead of --vidur: an executable run as `SCRIPT OUT TRACE N` that runs "
+                         "Vidur on the Vidur-format trace (scripts/vidur_offline/run_vidur.sh: "
+                         "Vidur offline, set up by scripts/vidur_offline/setup.sh)")
     ap.add_argument("--vidur-dir", default=None,
                     help="the folder Vidur runs in (its cache); default: --out")
     ap.add_argument("--sglang-page-size", type=int, default=PAGE,
@@ -285,14 +289,18 @@ def main(argv: list[str] | None = None) -> int:
             roots[s_ if core == "python" else f"{s_}+c"] = (ROOT, core)
         if args.baseline:
             roots[f"{s_}@base"] = (Path(args.baseline).resolve(), "python")
-    everyone = [*roots, "vidur"] if vidur_py else [*roots]
+    if args.vidur_script and vidur_py:
+        ap.error("give --vidur or --vidur-script, not both")
+    with_vidur = bool(vidur_py or args.vidur_script)
+    everyone = [*roots, "vidur"] if with_vidur else [*roots]
     for r in range(args.rounds):
         for who in everyone:
             if who == "vidur":
-                assert vidur_py is not None
                 vout = out / f"round{r}" / "vidur"
-                wall, rss, cpu = timed(vidur_command(vidur_py, vidur_pairs_csv, vout, n),
-                                       Path(args.vidur_dir or out), env)
+                cmd = ([str(Path(args.vidur_script).resolve()), str(vout), str(vidur_pairs_csv),
+                        str(n)] if args.vidur_script else
+                       vidur_command(str(vidur_py), vidur_pairs_csv, vout, n))
+                wall, rss, cpu = timed(cmd, Path(args.vidur_dir or out), env)
                 row: dict[str, Any] = {"who": "vidur", "wall_s": round(wall, 2),
                                        "cpu_s": round(cpu, 2), "peak_rss_mib": round(rss, 1)}
             else:

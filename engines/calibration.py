@@ -8,12 +8,16 @@ steps of a real run on a *calibration* workload (another seed, so other prompts 
 arrivals) captures that, without fitting on the run the simulator is then validated against.
 
 Input: the `step_shapes.parquet` a real run of `scripts/real_vs_sim.py` writes (one row per
-executed step: num_tokens, attn_pairs, kv_read_tokens, num_seqs, prefill, seconds; see
-`engines.cost_model.StepShape`). Output: a profile dict in the format of
+executed step: num_tokens, attn_pairs, kv_read_tokens, num_seqs, prefill, seconds, and
+padded_kv_tokens; see `engines.cost_model.StepShape`). Output: a profile dict in the format of
 `scripts/profile_executor.py` (`measurements` are the run's steps), so that
 `FittedCostModel.from_profile` and `DecodeBatchCostModel.from_profile` (its per-batch-size
 decode factors: the median of measured / base-predicted over the decode steps of each size)
-fit it unchanged.
+fit it unchanged. When the steps carry `padded_kv_tokens` (the keys the torch kernel reads
+after padding each group to its longest context) and some step is padded, the fit gains the
+padded-keys term (`engines.cost_model.PADDED_FEATURE`): a run's ragged decode batches cost
+more than their summed contexts say, which the five-term model could only absorb into its
+per-context-token coefficient.
 """
 
 from __future__ import annotations
@@ -26,7 +30,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engines.cost_model import FEATURES, PROFILE_FORMAT, FittedCostModel, features, mape
+from engines.cost_model import (
+    FEATURES,
+    PADDED_FEATURE,
+    PROFILE_FORMAT,
+    FittedCostModel,
+    features,
+    mape,
+    pads_differ,
+)
 from engines.decode_batch_cost import DecodeBatchCostModel
 
 STEP_SHAPES_FILE = "step_shapes.parquet"
@@ -61,10 +73,13 @@ def step_kind(num_tokens: int, num_seqs: int, prefill: bool) -> str:
 
 
 def profile_from_steps(steps: pd.DataFrame, source: Sequence[str] = (),
-                       base_profile: dict[str, Any] | None = None) -> dict[str, Any]:
+                       base_profile: dict[str, Any] | None = None,
+                       padded: bool | None = None) -> dict[str, Any]:
     """A profile (format of scripts/profile_executor.py) whose measurements are `steps`.
 
-    `steps`: one row per executed step, columns `SHAPE_COLUMNS` (+ optional `prefill`).
+    `steps`: one row per executed step, columns `SHAPE_COLUMNS` (+ optional `prefill` and
+    `padded_kv_tokens`). `padded`: fit the padded-keys term (None: when the steps carry
+    `padded_kv_tokens` and some step is padded; True requires that; False: never).
     Every step with a non-positive or non-finite time is an error (a timer fault, not a
     shape to fit). `base_profile` (the grid profile, optional) lends its model, hardware,
     dtype and kernel descriptions."""
@@ -86,8 +101,29 @@ def profile_from_steps(steps: pd.DataFrame, source: Sequence[str] = (),
         for t, a, r, s, x, p in zip(steps["num_tokens"], steps["attn_pairs"],
                                     steps["kv_read_tokens"], steps["num_seqs"],
                                     steps["seconds"], prefill, strict=True)]
+    if PADDED_FEATURE in steps.columns:
+        if steps[PADDED_FEATURE].isna().any():
+            raise ValueError(f"calibration: {PADDED_FEATURE} is missing in some steps (runs "
+                             "recorded with and without it; fit them apart or pass "
+                             "padded=False)")
+        pad = steps[PADDED_FEATURE].to_numpy()
+        short = np.flatnonzero(pad < steps["kv_read_tokens"].to_numpy())
+        if len(short):
+            r = steps.iloc[short[0]]
+            raise ValueError(f"calibration: step {int(r.get('step', short[0]))}: "
+                             f"{PADDED_FEATURE}={int(r[PADDED_FEATURE])} < kv_read_tokens="
+                             f"{int(r['kv_read_tokens'])}: padding never reads fewer keys")
+        for m, v in zip(meas, pad, strict=True):
+            m[PADDED_FEATURE] = int(v)
+    use_pad = pads_differ(meas) if padded is None else padded
+    if use_pad and not pads_differ(meas):
+        raise ValueError(f"calibration: padded=True but the steps have no {PADDED_FEATURE} "
+                         "column, or no step is padded (the term cannot be fitted)")
+    feature_names = [*FEATURES, PADDED_FEATURE] if use_pad else list(FEATURES)
     base = FittedCostModel.fit([features(m["num_tokens"], m["attn_pairs"],
-                                         m["kv_read_tokens"], m["num_seqs"]) for m in meas],
+                                         m["kv_read_tokens"], m["num_seqs"],
+                                         m[PADDED_FEATURE] if use_pad else None)
+                                for m in meas],
                                [m["seconds"] for m in meas])
     profile: dict[str, Any] = {
         "format": PROFILE_FORMAT,
@@ -98,12 +134,12 @@ def profile_from_steps(steps: pd.DataFrame, source: Sequence[str] = (),
         "calibration": {"runs": list(source), "steps": len(meas),
                         "kinds": {k: sum(m["kind"] == k for m in meas)
                                   for k in ("decode", "prefill", "mixed")}},
-        "features": list(FEATURES),
+        "features": feature_names,
         "measurements": meas,
     }
     model = DecodeBatchCostModel.from_profile(profile)
     pred = [model.seconds(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"],
-                          m["num_seqs"]) for m in meas]
+                          m["num_seqs"], m.get(PADDED_FEATURE)) for m in meas]
     profile["fit"] = {"coefficients": base.describe(),
                       "decode_factors": {str(b): round(f, 4) for b, f in model.factors.items()},
                       "mape_pct_on_steps": round(mape(pred, [m["seconds"] for m in meas]), 2)}

@@ -9,7 +9,7 @@ fallback when no profile exists (DESIGN.md, "Executors"). A step's shape is summ
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engines.executors.specs import HardwareSpec, ModelSpec
-from schedulers.contract import StepPlan
+from schedulers.contract import ScheduledChunk, StepPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +29,15 @@ class StepShape:
                  attention for a chunk of n tokens starting at position s.
     kv_read_tokens: R = sum over chunks of (s + n), the context each chunk's attention reads.
     num_seqs:    number of chunks (requests) in the step.
+    padded_kv_tokens: P, the keys a kernel that pads its batch reads (`padded_kv_tokens`);
+                 None: not known, taken as R (no padding).
     """
 
     num_tokens: int
     attn_pairs: int
     kv_read_tokens: int
     num_seqs: int
+    padded_kv_tokens: int | None = None
 
     @classmethod
     def of(cls, plan: StepPlan) -> StepShape:
@@ -45,14 +48,36 @@ class StepShape:
             t += n
             a += n * s + n * (n + 1) // 2
             r += s + n
-        return cls(t, a, r, len(plan.chunks))
+        return cls(t, a, r, len(plan.chunks), padded_kv_tokens(plan.chunks))
+
+
+def padded_kv_tokens(chunks: Iterable[ScheduledChunk]) -> int:
+    """The keys the torch reference kernel attends over for these chunks.
+
+    Mirrors kernels/torch_ref.py (`_groups`, `_make_group`): one-token queries (decode) form
+    one group and longer ones (prefill, extend) another; each group is padded to its longest
+    context, so a group of G chunks whose longest ends at position L reads G x L keys, not the
+    sum of its contexts (`kv_read_tokens`). Equal contexts pad nothing.
+    """
+    n_dec = l_dec = n_ext = l_ext = 0
+    for c in chunks:
+        end = c.start_pos + len(c.token_ids)
+        if len(c.token_ids) == 1:
+            n_dec += 1
+            if end > l_dec:
+                l_dec = end
+        else:
+            n_ext += 1
+            if end > l_ext:
+                l_ext = end
+    return n_dec * l_dec + n_ext * l_ext
 
 
 class CostModel(Protocol):
     """Maps a step's shape terms (see `StepShape`) to seconds."""
 
     def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
-                num_seqs: int = 1) -> float:
+                num_seqs: int = 1, padded_kv_tokens: int | None = None) -> float:
         ...
 
 
@@ -127,8 +152,9 @@ class RooflineCostModel:
         return self.seconds(shape.num_tokens, shape.attn_pairs, shape.kv_read_tokens)
 
     def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
-                num_seqs: int = 1) -> float:
-        """`step_time` on the raw shape terms (the executor's hot path; `num_seqs` unused)."""
+                num_seqs: int = 1, padded_kv_tokens: int | None = None) -> float:
+        """`step_time` on the raw shape terms (the executor's hot path; `num_seqs` and
+        `padded_kv_tokens` unused)."""
         flops = 2.0 * self._params * num_tokens + self._attn_flops_per_pair * attn_pairs
         nbytes = self._weight_bytes + self._kv_token_bytes * (kv_read_tokens + num_tokens)
         compute = flops / self._flops_rate
@@ -138,13 +164,30 @@ class RooflineCostModel:
 
 # The fitted model's features, in coefficient order (see `FittedCostModel`).
 FEATURES = ("step", "num_tokens", "attn_pairs", "kv_read_tokens", "num_seqs")
+# The optional sixth feature: a profile lists it in its "features" (and every measurement
+# then carries it) when it was fitted with a padded-keys term; absent, its coefficient is 0.
+PADDED_FEATURE = "padded_kv_tokens"
 PROFILE_FORMAT = 1
 
 
-def features(num_tokens: int, attn_pairs: int, kv_read_tokens: int, num_seqs: int
-             ) -> tuple[float, float, float, float, float]:
-    """The feature row of a step: (1, T, A, R, S) as in `FEATURES`."""
-    return (1.0, float(num_tokens), float(attn_pairs), float(kv_read_tokens), float(num_seqs))
+def features(num_tokens: int, attn_pairs: int, kv_read_tokens: int, num_seqs: int,
+             padded_kv_tokens: int | None = None) -> tuple[float, ...]:
+    """The feature row of a step: (1, T, A, R, S) as in `FEATURES`, and P (`PADDED_FEATURE`)
+    after them when `padded_kv_tokens` is given."""
+    row = (1.0, float(num_tokens), float(attn_pairs), float(kv_read_tokens), float(num_seqs))
+    return row if padded_kv_tokens is None else (*row, float(padded_kv_tokens))
+
+
+def pads_differ(measurements: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a padded-keys term can be fitted to these measurements: every one carries
+    `padded_kv_tokens` and in at least one it differs from `kv_read_tokens` (where none is
+    padded the two columns are equal and their coefficients not separable)."""
+    differ = False
+    for m in measurements:
+        if m.get(PADDED_FEATURE) is None:
+            return False
+        differ = differ or m[PADDED_FEATURE] != m["kv_read_tokens"]
+    return differ
 
 
 class FittedCostModel:
@@ -156,20 +199,32 @@ class FittedCostModel:
                 + c_kv   * R               per context token read by a chunk's attention
                 + c_seq  * S               per sequence in the batch (metadata, per-chunk work)
 
-    with T, A, R, S the `StepShape` terms. `fit` finds the coefficients by least squares on
-    the relative error (every row divided by its measured time, so that short decode steps
-    weigh as much as long prefills: the fit targets percentage error), with every
-    coefficient constrained to be >= 0 (a term that does not help is dropped and the rest
-    refitted), so that a prediction never decreases when a step grows.
+    with T, A, R, S the `StepShape` terms, and optionally (a sixth coefficient, when the
+    profile's `features` list `PADDED_FEATURE`)
+
+                + c_pad  * P               per key a padded kernel reads (`padded_kv_tokens`:
+                                            the torch kernel pads a ragged decode batch to
+                                            its longest context and computes the padding)
+
+    absent, c_pad = 0 and predictions are those of the five-term model to the bit. `fit`
+    finds the coefficients by least squares on the relative error (every row divided by its
+    measured time, so that short decode steps weigh as much as long prefills: the fit targets
+    percentage error), with every coefficient constrained to be >= 0 (a term that does not
+    help is dropped and the rest refitted), so that a prediction never decreases when a step grows.
     """
 
     def __init__(self, coefficients: Sequence[float], source: str = "") -> None:
-        if len(coefficients) != len(FEATURES):
+        if len(coefficients) not in (len(FEATURES), len(FEATURES) + 1):
             raise ValueError(f"cost model: {len(coefficients)} coefficients; expected "
-                             f"{len(FEATURES)} ({', '.join(FEATURES)})")
+                             f"{len(FEATURES)} ({', '.join(FEATURES)}), or "
+                             f"{len(FEATURES) + 1} with {PADDED_FEATURE}")
         self.coefficients = tuple(float(c) for c in coefficients)
         self.source = source
-        (self._c0, self._ct, self._ca, self._cr, self._cs) = self.coefficients
+        (self._c0, self._ct, self._ca, self._cr, self._cs) = self.coefficients[:len(FEATURES)]
+        self._cp = self.coefficients[len(FEATURES)] if len(self.coefficients) > len(
+            FEATURES) else 0.0
+        # The sim executor counts padded keys only for a model that charges them.
+        self.uses_padded_kv = self._cp != 0.0
 
     @classmethod
     def fit(cls, rows: Sequence[Sequence[float]], seconds: Sequence[float],
@@ -177,9 +232,11 @@ class FittedCostModel:
         """Least squares on relative error over feature rows (`features`) and times."""
         x = np.asarray(rows, dtype=np.float64)
         y = np.asarray(seconds, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != len(FEATURES) or len(y) != len(x):
-            raise ValueError(f"cost model: fit needs rows of {len(FEATURES)} features and one "
-                             f"time per row (got {x.shape} and {y.shape})")
+        if x.ndim != 2 or x.shape[1] not in (len(FEATURES), len(FEATURES) + 1) \
+                or len(y) != len(x):
+            raise ValueError(f"cost model: fit needs rows of {len(FEATURES)} features (+ "
+                             f"{PADDED_FEATURE}) and one time per row (got {x.shape} and "
+                             f"{y.shape})")
         if len(y) == 0 or np.any(y <= 0):
             raise ValueError("cost model: fit needs at least one row and positive times")
         xw = x / y[:, None]
@@ -215,23 +272,34 @@ class FittedCostModel:
             raise ValueError(f"cost model: profile {source}: format {profile.get('format')!r}; "
                              f"expected {PROFILE_FORMAT}")
         meas = profile.get("measurements") or []
-        rows = [features(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"], m["num_seqs"])
+        padded = PADDED_FEATURE in (profile.get("features") or ())
+        for i, m in enumerate(meas if padded else ()):
+            if not isinstance(m.get(PADDED_FEATURE), int | float):
+                raise ValueError(f"cost model: profile {source}: features list "
+                                 f"{PADDED_FEATURE} but measurement {i} has "
+                                 f"{PADDED_FEATURE}={m.get(PADDED_FEATURE)!r}")
+        rows = [features(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"], m["num_seqs"],
+                         m[PADDED_FEATURE] if padded else None)
                 for m in meas]
         return cls.fit(rows, [m["seconds"] for m in meas], source)
 
     def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
-                num_seqs: int = 1) -> float:
-        """Predicted seconds of a step with these shape terms."""
-        return (self._c0 + self._ct * num_tokens + self._ca * attn_pairs
-                + self._cr * kv_read_tokens + self._cs * num_seqs)
+                num_seqs: int = 1, padded_kv_tokens: int | None = None) -> float:
+        """Predicted seconds of a step with these shape terms (`padded_kv_tokens` None:
+        taken as `kv_read_tokens`, no padding)."""
+        t = (self._c0 + self._ct * num_tokens + self._ca * attn_pairs
+             + self._cr * kv_read_tokens + self._cs * num_seqs)
+        if self._cp:
+            t += self._cp * (kv_read_tokens if padded_kv_tokens is None else padded_kv_tokens)
+        return t
 
     def step_time(self, shape: StepShape) -> float:
         return self.seconds(shape.num_tokens, shape.attn_pairs, shape.kv_read_tokens,
-                            shape.num_seqs)
+                            shape.num_seqs, shape.padded_kv_tokens)
 
     def describe(self) -> dict[str, float]:
         """The coefficients by feature name."""
-        return dict(zip(FEATURES, self.coefficients, strict=True))
+        return dict(zip((*FEATURES, PADDED_FEATURE), self.coefficients, strict=False))
 
 
 def mape(predicted: Sequence[float], measured: Sequence[float]) -> float:

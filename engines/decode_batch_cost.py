@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from engines.cost_model import FittedCostModel, StepShape
+from engines.cost_model import PADDED_FEATURE, FittedCostModel, StepShape
 
 
 class DecodeBatchCostModel:
@@ -38,6 +38,7 @@ class DecodeBatchCostModel:
         self._sizes = np.array(list(self.factors), dtype=np.float64)
         self._values = np.array(list(self.factors.values()), dtype=np.float64)
         self.source = base.source
+        self.uses_padded_kv = base.uses_padded_kv
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any] | str | Path) -> DecodeBatchCostModel:
@@ -50,7 +51,7 @@ class DecodeBatchCostModel:
             if m["num_tokens"] != m["num_seqs"]:
                 continue  # not a pure decode step
             pred = base.seconds(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"],
-                                m["num_seqs"])
+                                m["num_seqs"], m.get(PADDED_FEATURE))
             if pred > 0:
                 ratios.setdefault(int(m["num_seqs"]), []).append(m["seconds"] / pred)
         return cls(base, {b: median(r) for b, r in ratios.items()})
@@ -62,14 +63,15 @@ class DecodeBatchCostModel:
         return float(np.interp(num_seqs, self._sizes, self._values))
 
     def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
-                num_seqs: int = 1) -> float:
+                num_seqs: int = 1, padded_kv_tokens: int | None = None) -> float:
         """Predicted seconds; pure decode steps (num_tokens == num_seqs) get the factor."""
-        t = self.base.seconds(num_tokens, attn_pairs, kv_read_tokens, num_seqs)
+        t = self.base.seconds(num_tokens, attn_pairs, kv_read_tokens, num_seqs,
+                              padded_kv_tokens)
         return t * self.factor(num_seqs) if num_tokens == num_seqs else t
 
     def step_time(self, shape: StepShape) -> float:
         return self.seconds(shape.num_tokens, shape.attn_pairs, shape.kv_read_tokens,
-                            shape.num_seqs)
+                            shape.num_seqs, shape.padded_kv_tokens)
 
     def describe(self) -> dict[str, Any]:
         """The base coefficients and the decode factors."""

@@ -194,6 +194,7 @@ class Engine:
         due: list[tuple[Request, float, int]] = []  # (request, admitted at, before step)
         batch = len(run.seq_lens)
         total = sum(run.seq_lens)
+        longest = max(run.seq_lens)  # a padded decode batch's cost depends on it
         step_seconds = executor.decode_step_seconds
         starts: list[float] = []
         ends: list[float] = []
@@ -204,9 +205,10 @@ class Engine:
                 while arrivals.peek_time() <= clock:
                     due.append((arrivals.pop(), clock, len(starts)))
             starts.append(clock)
-            clock += step_seconds(batch, total)
+            clock += step_seconds(batch, total, longest)
             ends.append(clock)
             total += batch
+            longest += 1
         if not starts:
             assert not due
             return None

@@ -5,7 +5,7 @@
         [--kernel torch] [--dtype float32] [--device cpu] [--threads 1] [--repeats 5]
         [--validate-requests 40] [--grid default|small] [--timer wall|cpu]
     python scripts/profile_executor.py --from-run RUN_DIR [RUN_DIR ...] --out PATH
-        [--base-profile conf/profiles/NAME.json]
+        [--base-profile conf/profiles/NAME.json] [--padded-kv auto|on|off]
 
 Without `--model-path` a tiny random Llama checkpoint (4 layers, hidden 256; see
 engines/model/tiny.py) is written to a temporary folder and profiled. The grid:
@@ -14,7 +14,8 @@ engines/model/tiny.py) is written to a temporary folder and profiled. The grid:
     decode    b sequences of one token each, at context length c
     mixed     one prefill chunk of n tokens beside b decodes at context c
 
-(`--grid small`: shorter prompts and contexts, batched prompts; see `small_grid`.)
+(`--grid small`: shorter prompts and contexts, batched prompts, and ragged decode batches
+whose contexts differ, so that the padded-keys term can be fitted; see `small_grid`.)
 
 Each shape runs `--repeats` times after a warm-up (round-robin over the grid); the median is
 kept. The profile (JSON:
@@ -32,6 +33,12 @@ measurements are the steps of real engine runs (the `step_shapes.parquet` that
 scripts/real_vs_sim.py writes for each real run), so the cost model is fitted to steps as
 they run inside an engine. Calibrate on a workload other than the one you validate on (e.g.
 another seed). `--base-profile` lends the grid profile's model and hardware descriptions.
+
+Padded keys: every measurement records `padded_kv_tokens` (the keys the torch kernel reads
+after padding a group of chunks to its longest context, `engines.cost_model.padded_kv_tokens`).
+The fit gains that term (`features` lists it) when some measured step is padded: the small
+grid's ragged decode batches, or a real run's (`--padded-kv auto`, the default; `off` fits
+the five-term model).
 """
 
 from __future__ import annotations
@@ -54,11 +61,13 @@ import torch  # noqa: E402
 
 from engines.cost_model import (  # noqa: E402
     FEATURES,
+    PADDED_FEATURE,
     PROFILE_FORMAT,
     FittedCostModel,
     StepShape,
     features,
     mape,
+    pads_differ,
 )
 from engines.executors.real import RealExecutor, RealExecutorConfig  # noqa: E402
 from schedulers.contract import ScheduledChunk, StepPlan, StepResult  # noqa: E402
@@ -107,6 +116,11 @@ SMALL_DECODE_BATCH = (*range(1, 13), 16, 20, 24, 32)  # every small size: odd on
 SMALL_DECODE_CONTEXT = (32, 96, 192)
 SMALL_MIXED = ((40, 2, 64), (40, 4, 64), (40, 8, 128), (80, 8, 96), (40, 16, 128),
                (120, 12, 160))
+# Ragged decode batches (b sequences, contexts cycling through the tuple): the torch kernel
+# pads them to the longest, so their padded keys exceed their summed contexts.
+SMALL_RAGGED_DECODE = ((2, (32, 192)), (4, (32, 192)), (4, (32, 32, 32, 192)),
+                       (8, (32, 96, 192)), (8, (32, 192)), (12, (32, 96, 192)),
+                       (16, (32, 192)), (24, (32, 32, 96, 192)))
 
 
 def small_grid() -> list[tuple[str, list[tuple[int, int]]]]:
@@ -122,6 +136,8 @@ def small_grid() -> list[tuple[str, list[tuple[int, int]]]]:
             shapes.append(("decode", [(1, c - 1)] * b))
     for n, b, c in SMALL_MIXED:
         shapes.append(("mixed", [(n, 0)] + [(1, c - 1)] * b))
+    for b, contexts in SMALL_RAGGED_DECODE:
+        shapes.append(("decode", [(1, contexts[i % len(contexts)] - 1) for i in range(b)]))
     return shapes
 
 
@@ -163,7 +179,8 @@ def measure(executor: RealExecutor, repeats: int, grid_name: str = "default"
         shape = StepShape.of(plan)
         out.append({"kind": kind, "num_tokens": shape.num_tokens,
                     "attn_pairs": shape.attn_pairs, "kv_read_tokens": shape.kv_read_tokens,
-                    "num_seqs": shape.num_seqs, "seconds": statistics.median(t)})
+                    "num_seqs": shape.num_seqs, PADDED_FEATURE: shape.padded_kv_tokens,
+                    "seconds": statistics.median(t)})
     return out
 
 
@@ -240,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="fit to the steps of these real runs instead of measuring a grid")
     ap.add_argument("--base-profile", default=None,
                     help="with --from-run: a grid profile whose model/hardware it copies")
+    ap.add_argument("--padded-kv", default="auto", choices=("auto", "on", "off"),
+                    help="with --from-run: fit the padded-keys term (auto: when the steps "
+                         "record padded_kv_tokens and some step is padded)")
     args = ap.parse_args(argv)
     if args.from_run:
         if args.out is None:
@@ -260,11 +280,14 @@ def main(argv: list[str] | None = None) -> int:
             num_slots=80000, timer=args.timer))  # the largest grid step: 32 sequences of 2048
         config = json.loads((Path(model_path) / "config.json").read_text())
         measurements = measure(executor, args.repeats, args.grid)
+        padded = pads_differ(measurements)  # the default grid pads nothing
         model = FittedCostModel.fit(
-            [features(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"], m["num_seqs"])
+            [features(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"], m["num_seqs"],
+                      m[PADDED_FEATURE] if padded else None)
              for m in measurements], [m["seconds"] for m in measurements])
         fit_mape = mape([model.seconds(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"],
-                                       m["num_seqs"]) for m in measurements],
+                                       m["num_seqs"], m[PADDED_FEATURE])
+                         for m in measurements],
                         [m["seconds"] for m in measurements])
         held = validation_run(executor, args.validate_requests, args.seed,
                               int(config.get("vocab_size", 256)))
@@ -285,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "grid": args.grid,
         "timer": args.timer,
         "page_size": PAGE_SIZE,
-        "features": list(FEATURES),
+        "features": [*FEATURES, PADDED_FEATURE] if padded else list(FEATURES),
         "fit": {"coefficients": model.describe(), "mape_pct_on_grid": round(fit_mape, 2)},
         "validation": {"held_out_steps": len(held), "mape_pct": round(val_mape, 2),
                        "workload": f"synthetic, {args.validate_requests} requests, vLLM, "
@@ -309,7 +332,8 @@ def from_runs(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     base = json.loads(Path(args.base_profile).read_text()) if args.base_profile else None
     steps = load_steps(args.from_run)
-    profile = profile_from_steps(steps, source=args.from_run, base_profile=base)
+    padded = {"auto": None, "on": True, "off": False}[args.padded_kv]
+    profile = profile_from_steps(steps, source=args.from_run, base_profile=base, padded=padded)
     profile["command"] = "python scripts/profile_executor.py " + " ".join(
         sys.argv[1:] if argv is None else argv)
     out = Path(args.out)

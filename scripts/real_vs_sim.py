@@ -96,23 +96,22 @@ class ShapeRecorder:
         s = StepShape.of(plan)
         self.rows.append({"step": plan.step, "num_tokens": s.num_tokens,
                           "attn_pairs": s.attn_pairs, "kv_read_tokens": s.kv_read_tokens,
-                          "num_seqs": s.num_seqs, "padded_kv_tokens": padded_kv_tokens(plan),
+                          "num_seqs": s.num_seqs, "padded_kv_tokens": s.padded_kv_tokens,
                           "prefill": any(not c.sample or len(c.token_ids) > 1
                                          for c in plan.chunks),
                           "seconds": result.duration_s})
         return result
 
 
-def padded_kv_tokens(plan: StepPlan) -> int:
-    """Keys the torch kernel attends over: it pads one-token queries (decode) into one group
-    and longer ones into another, each to its longest context (mirrors kernels/torch_ref.py:
-    _groups), so a ragged batch reads rows x max context, not `kv_read_tokens`."""
-    total = 0
-    for group in ([c for c in plan.chunks if len(c.token_ids) == 1],
-                  [c for c in plan.chunks if len(c.token_ids) > 1]):
-        if group:
-            total += len(group) * max(c.start_pos + len(c.token_ids) for c in group)
-    return total
+def predict(model: Any, df: pd.DataFrame) -> np.ndarray:
+    """The model's prediction of each step (row) of a real run's step shapes; its padded
+    keys where the run recorded them (engines.cost_model.padded_kv_tokens)."""
+    pad = df["padded_kv_tokens"] if "padded_kv_tokens" in df.columns else [None] * len(df)
+    return np.array([model.seconds(int(t), int(a), int(r), int(s), None if p is None
+                                   else int(p))
+                     for t, a, r, s, p in zip(df["num_tokens"], df["attn_pairs"],
+                                              df["kv_read_tokens"], df["num_seqs"], pad,
+                                              strict=True)])
 
 
 def compose(overrides: list[str]) -> Any:
@@ -174,8 +173,7 @@ def pct(sim: float | None, real: float | None) -> float:
 def step_errors(rows: list[dict[str, Any]], model: Any) -> dict[str, float]:
     """Median and p90 absolute percentage error over the real steps (all, decode, prefill)."""
     df = pd.DataFrame(rows)
-    pred = np.array([model.seconds(r.num_tokens, r.attn_pairs, r.kv_read_tokens, r.num_seqs)
-                     for r in df.itertuples()])
+    pred = predict(model, df)
     ape = np.abs(pred - df["seconds"].to_numpy()) / df["seconds"].to_numpy() * 100.0
     out: dict[str, float] = {}
     for name, mask in (("all", np.ones(len(df), bool)), ("decode", ~df["prefill"].to_numpy()),
@@ -208,8 +206,7 @@ def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
     fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
     for ax, (sched, rows) in zip(axes[0], shapes.items(), strict=True):
         df = pd.DataFrame(rows)
-        pred = [model.seconds(r.num_tokens, r.attn_pairs, r.kv_read_tokens, r.num_seqs)
-                for r in df.itertuples()]
+        pred = predict(model, df)
         for prefill, label in ((False, "decode"), (True, "with prefill")):
             m = df["prefill"] == prefill
             ax.scatter(df["seconds"][m] * 1e3, np.asarray(pred)[m.to_numpy()] * 1e3, s=6,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engines.cost_model import CostModel, RooflineCostModel
+from engines.cost_model import CostModel, RooflineCostModel, padded_kv_tokens
 from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers.contract import DecodeRun, Request, StepPlan, StepResult
 
@@ -79,6 +79,8 @@ class SimExecutor:
         self.cost_model: CostModel = cost_model or RooflineCostModel(
             model, hardware, step_overhead_s=step_overhead_s,
             flops_efficiency=flops_efficiency, bandwidth_efficiency=bandwidth_efficiency)
+        # Count padded keys (a second pass over the chunks) only for a model that charges them.
+        self._pads = bool(getattr(self.cost_model, "uses_padded_kv", False))
         self._requests: dict[str, _Registered] = {}
         self._num_registered = 0
 
@@ -137,7 +139,13 @@ class SimExecutor:
                     sampled[c.request_id] = reg.eos_token_id
                 else:
                     sampled[c.request_id] = 3 + (reg.index * 7919 + e * 104729) % 31000
-        seconds = self.cost_model.seconds(t, a, r, len(plan.chunks)) if plan.chunks else 0.0
+        if not plan.chunks:
+            seconds = 0.0
+        elif self._pads:
+            seconds = self.cost_model.seconds(t, a, r, len(plan.chunks),
+                                              padded_kv_tokens(plan.chunks))
+        else:
+            seconds = self.cost_model.seconds(t, a, r, len(plan.chunks))
         if not (plan.swap_out or plan.swap_in):
             return StepResult(sampled, seconds)
         per_token = self.model.kv_bytes_per_token
@@ -183,7 +191,10 @@ class SimExecutor:
             out.append(toks)
         return out
 
-    def decode_step_seconds(self, num_seqs: int, seq_len_sum: int) -> float:
+    def decode_step_seconds(self, num_seqs: int, seq_len_sum: int, seq_len_max: int) -> float:
         """The duration `execute` gives a step of `num_seqs` one-token decode chunks whose
-        sequence lengths (after the step) sum to `seq_len_sum`."""
+        sequence lengths (after the step) sum to `seq_len_sum`, the longest `seq_len_max`."""
+        if self._pads:
+            return self.cost_model.seconds(num_seqs, seq_len_sum, seq_len_sum, num_seqs,
+                                           num_seqs * seq_len_max)
         return self.cost_model.seconds(num_seqs, seq_len_sum, seq_len_sum, num_seqs)

@@ -13,9 +13,9 @@ padded_kv_tokens; see `engines.cost_model.StepShape`). Output: a profile dict in
 `scripts/profile_executor.py` (`measurements` are the run's steps), so that
 `FittedCostModel.from_profile` and `DecodeBatchCostModel.from_profile` (its per-batch-size
 decode factors: the median of measured / base-predicted over the decode steps of each size)
-fit it unchanged. When the steps carry `padded_kv_tokens` (the keys the torch kernel reads
-after padding each group to its longest context) and some step is padded, the fit gains the
-padded-keys term (`engines.cost_model.PADDED_FEATURE`): a run's ragged decode batches cost
+fit it unchanged. When the steps carry `padded_kv_tokens` (the keys the torch kernel reads in
+the groups it pads to their longest context and masks) and some step is padded, the fit gains
+the padded-keys term (`engines.cost_model.PADDED_FEATURE`): a run's ragged decode batches cost
 more than their summed contexts say, which the five-term model could only absorb into its
 per-context-token coefficient.
 """
@@ -35,9 +35,9 @@ from engines.cost_model import (
     PADDED_FEATURE,
     PROFILE_FORMAT,
     FittedCostModel,
+    any_padded,
     features,
     mape,
-    pads_differ,
 )
 from engines.decode_batch_cost import DecodeBatchCostModel
 
@@ -107,16 +107,15 @@ def profile_from_steps(steps: pd.DataFrame, source: Sequence[str] = (),
                              "recorded with and without it; fit them apart or pass "
                              "padded=False)")
         pad = steps[PADDED_FEATURE].to_numpy()
-        short = np.flatnonzero(pad < steps["kv_read_tokens"].to_numpy())
-        if len(short):
-            r = steps.iloc[short[0]]
-            raise ValueError(f"calibration: step {int(r.get('step', short[0]))}: "
-                             f"{PADDED_FEATURE}={int(r[PADDED_FEATURE])} < kv_read_tokens="
-                             f"{int(r['kv_read_tokens'])}: padding never reads fewer keys")
+        neg = np.flatnonzero(pad < 0)
+        if len(neg):
+            r = steps.iloc[neg[0]]
+            raise ValueError(f"calibration: step {int(r.get('step', neg[0]))}: "
+                             f"{PADDED_FEATURE}={int(r[PADDED_FEATURE])}: must be >= 0")
         for m, v in zip(meas, pad, strict=True):
             m[PADDED_FEATURE] = int(v)
-    use_pad = pads_differ(meas) if padded is None else padded
-    if use_pad and not pads_differ(meas):
+    use_pad = any_padded(meas) if padded is None else padded
+    if use_pad and not any_padded(meas):
         raise ValueError(f"calibration: padded=True but the steps have no {PADDED_FEATURE} "
                          "column, or no step is padded (the term cannot be fitted)")
     feature_names = [*FEATURES, PADDED_FEATURE] if use_pad else list(FEATURES)

@@ -29,8 +29,8 @@ class StepShape:
                  attention for a chunk of n tokens starting at position s.
     kv_read_tokens: R = sum over chunks of (s + n), the context each chunk's attention reads.
     num_seqs:    number of chunks (requests) in the step.
-    padded_kv_tokens: P, the keys a kernel that pads its batch reads (`padded_kv_tokens`);
-                 None: not known, taken as R (no padding).
+    padded_kv_tokens: P, the keys the torch kernel reads in the groups it pads and masks
+                 (`padded_kv_tokens`); None: not known, taken as 0 (nothing padded).
     """
 
     num_tokens: int
@@ -52,25 +52,32 @@ class StepShape:
 
 
 def padded_kv_tokens(chunks: Iterable[ScheduledChunk]) -> int:
-    """The keys the torch reference kernel attends over for these chunks.
+    """The keys the torch reference kernel reads in the groups it pads: 0 when none is.
 
     Mirrors kernels/torch_ref.py (`_groups`, `_make_group`): one-token queries (decode) form
-    one group and longer ones (prefill, extend) another; each group is padded to its longest
-    context, so a group of G chunks whose longest ends at position L reads G x L keys, not the
-    sum of its contexts (`kv_read_tokens`). Equal contexts pad nothing.
+    one group and longer ones (prefill, extend) another. A group whose contexts differ is
+    padded to its longest: its G chunks, the longest ending at position L, read G x L keys
+    (not the sum of their contexts, `kv_read_tokens`), and take the masked path (the padding
+    masked in the scores, zeroed in the values), which costs per key on top of the read. A
+    group of equal contexts is neither padded nor masked and counts 0 here.
     """
     n_dec = l_dec = n_ext = l_ext = 0
+    s_dec = s_ext = -1  # the shortest context (-1: none yet)
     for c in chunks:
         end = c.start_pos + len(c.token_ids)
         if len(c.token_ids) == 1:
             n_dec += 1
             if end > l_dec:
                 l_dec = end
+            if s_dec < 0 or end < s_dec:
+                s_dec = end
         else:
             n_ext += 1
             if end > l_ext:
                 l_ext = end
-    return n_dec * l_dec + n_ext * l_ext
+            if s_ext < 0 or end < s_ext:
+                s_ext = end
+    return (n_dec * l_dec if s_dec < l_dec else 0) + (n_ext * l_ext if s_ext < l_ext else 0)
 
 
 class CostModel(Protocol):
@@ -166,6 +173,7 @@ class RooflineCostModel:
 FEATURES = ("step", "num_tokens", "attn_pairs", "kv_read_tokens", "num_seqs")
 # The optional sixth feature: a profile lists it in its "features" (and every measurement
 # then carries it) when it was fitted with a padded-keys term; absent, its coefficient is 0.
+# Fittable only where some measured step pads (a ragged batch), see `any_padded`.
 PADDED_FEATURE = "padded_kv_tokens"
 PROFILE_FORMAT = 1
 
@@ -178,16 +186,15 @@ def features(num_tokens: int, attn_pairs: int, kv_read_tokens: int, num_seqs: in
     return row if padded_kv_tokens is None else (*row, float(padded_kv_tokens))
 
 
-def pads_differ(measurements: Iterable[Mapping[str, Any]]) -> bool:
+def any_padded(measurements: Iterable[Mapping[str, Any]]) -> bool:
     """Whether a padded-keys term can be fitted to these measurements: every one carries
-    `padded_kv_tokens` and in at least one it differs from `kv_read_tokens` (where none is
-    padded the two columns are equal and their coefficients not separable)."""
-    differ = False
+    `padded_kv_tokens` and at least one is padded (else the column is all zeros)."""
+    padded = False
     for m in measurements:
         if m.get(PADDED_FEATURE) is None:
             return False
-        differ = differ or m[PADDED_FEATURE] != m["kv_read_tokens"]
-    return differ
+        padded = padded or m[PADDED_FEATURE] > 0
+    return padded
 
 
 class FittedCostModel:
@@ -202,9 +209,9 @@ class FittedCostModel:
     with T, A, R, S the `StepShape` terms, and optionally (a sixth coefficient, when the
     profile's `features` list `PADDED_FEATURE`)
 
-                + c_pad  * P               per key a padded kernel reads (`padded_kv_tokens`:
-                                            the torch kernel pads a ragged decode batch to
-                                            its longest context and computes the padding)
+                + c_pad  * P               per key read by a group the kernel pads and masks
+                                            (`padded_kv_tokens`: the torch kernel pads a
+                                            ragged decode batch to its longest context)
 
     absent, c_pad = 0 and predictions are those of the five-term model to the bit. `fit`
     finds the coefficients by least squares on the relative error (every row divided by its
@@ -285,12 +292,12 @@ class FittedCostModel:
 
     def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
                 num_seqs: int = 1, padded_kv_tokens: int | None = None) -> float:
-        """Predicted seconds of a step with these shape terms (`padded_kv_tokens` None:
-        taken as `kv_read_tokens`, no padding)."""
+        """Predicted seconds of a step with these shape terms (`padded_kv_tokens` None: no
+        padding)."""
         t = (self._c0 + self._ct * num_tokens + self._ca * attn_pairs
              + self._cr * kv_read_tokens + self._cs * num_seqs)
-        if self._cp:
-            t += self._cp * (kv_read_tokens if padded_kv_tokens is None else padded_kv_tokens)
+        if self._cp and padded_kv_tokens:
+            t += self._cp * padded_kv_tokens
         return t
 
     def step_time(self, shape: StepShape) -> float:

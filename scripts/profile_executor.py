@@ -34,8 +34,8 @@ scripts/real_vs_sim.py writes for each real run), so the cost model is fitted to
 they run inside an engine. Calibrate on a workload other than the one you validate on (e.g.
 another seed). `--base-profile` lends the grid profile's model and hardware descriptions.
 
-Padded keys: every measurement records `padded_kv_tokens` (the keys the torch kernel reads
-after padding a group of chunks to its longest context, `engines.cost_model.padded_kv_tokens`).
+Padded keys: every measurement records `padded_kv_tokens` (the keys the torch kernel reads in
+the groups it pads to their longest context and masks, `engines.cost_model.padded_kv_tokens`).
 The fit gains that term (`features` lists it) when some measured step is padded: the small
 grid's ragged decode batches, or a real run's (`--padded-kv auto`, the default; `off` fits
 the five-term model).
@@ -65,9 +65,9 @@ from engines.cost_model import (  # noqa: E402
     PROFILE_FORMAT,
     FittedCostModel,
     StepShape,
+    any_padded,
     features,
     mape,
-    pads_differ,
 )
 from engines.executors.real import RealExecutor, RealExecutorConfig  # noqa: E402
 from schedulers.contract import ScheduledChunk, StepPlan, StepResult  # noqa: E402
@@ -117,7 +117,7 @@ SMALL_DECODE_CONTEXT = (32, 96, 192)
 SMALL_MIXED = ((40, 2, 64), (40, 4, 64), (40, 8, 128), (80, 8, 96), (40, 16, 128),
                (120, 12, 160))
 # Ragged decode batches (b sequences, contexts cycling through the tuple): the torch kernel
-# pads them to the longest, so their padded keys exceed their summed contexts.
+# pads them to the longest and masks the padding, which costs per key beyond the keys read.
 SMALL_RAGGED_DECODE = ((2, (32, 192)), (4, (32, 192)), (4, (32, 32, 32, 192)),
                        (8, (32, 96, 192)), (8, (32, 192)), (12, (32, 96, 192)),
                        (16, (32, 192)), (24, (32, 32, 96, 192)))
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             num_slots=80000, timer=args.timer))  # the largest grid step: 32 sequences of 2048
         config = json.loads((Path(model_path) / "config.json").read_text())
         measurements = measure(executor, args.repeats, args.grid)
-        padded = pads_differ(measurements)  # the default grid pads nothing
+        padded = any_padded(measurements)  # the default grid pads nothing
         model = FittedCostModel.fit(
             [features(m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"], m["num_seqs"],
                       m[PADDED_FEATURE] if padded else None)

@@ -194,7 +194,8 @@ class SimExecutor:
     def decode_step_seconds(self, num_seqs: int, seq_len_sum: int, seq_len_max: int) -> float:
         """The duration `execute` gives a step of `num_seqs` one-token decode chunks whose
         sequence lengths (after the step) sum to `seq_len_sum`, the longest `seq_len_max`."""
-        if self._pads:
+        if self._pads:  # one group, padded (to the longest) unless every length is equal
+            padded = num_seqs * seq_len_max
             return self.cost_model.seconds(num_seqs, seq_len_sum, seq_len_sum, num_seqs,
-                                           num_seqs * seq_len_max)
+                                           padded if padded != seq_len_sum else 0)
         return self.cost_model.seconds(num_seqs, seq_len_sum, seq_len_sum, num_seqs)

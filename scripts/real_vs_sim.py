@@ -200,6 +200,7 @@ def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -215,6 +216,10 @@ def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
         ax.plot([0, hi], [0, hi], "k--", lw=0.8)
         ax.set(title=f"{sched}: step time", xlabel="measured (ms)", ylabel="predicted (ms)",
                xscale="log", yscale="log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain milliseconds, no crowded minor labels
+            axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(ticker.NullFormatter())
+            axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.legend()
     fig.tight_layout()
     fig.savefig(fig_dir / "step_time.png", dpi=120)

@@ -2,15 +2,17 @@
 # The three questions on a real trained model (issue 14): SmolLM2-135M-Instruct on this CPU,
 # real text prompts that end at the model's own EOS (workload=smollm2_prompts), a KV pool small
 # enough that vLLM preempts and SGLang retracts; each scheduler on the real executor and on the
-# simulator, side by side. The simulator's cost model is calibrated in situ: fitted to the
-# steps of real runs on a calibration workload (seed 1: other prompts, other arrivals), then
-# validated on the study's workload (seed 0), with the grid profile's simulator beside it.
+# simulator, side by side. The simulator's profile is the executor measured alone over a grid
+# of step shapes that includes ragged decode batches (the torch kernel pads a batch whose
+# contexts differ to the longest and masks it: the cost model's padded-keys term), beside the
+# first version's grid profile (no ragged shapes, five terms) as the baseline.
 # Results: results/real_model/ or $OUT (raw runs in its */runs/, ignored by git).
 #   scripts/reproduce_real_model.sh [--reprofile] [--recalibrate] [--repeats N]
-#       [real_vs_sim.py options, e.g. --kv 384]
+#       [real_vs_sim.py options, e.g. --num-requests 64]
 #   --reprofile    re-measure the grid profile (scripts/profile_executor.py --grid small)
-#   --recalibrate  re-run the calibration workload on the real executor and refit the in-situ
-#                  profile (profile_executor.py --from-run); without it the committed one is used
+#   --recalibrate  also run the calibration workload (seed 1) on the real executor, fit the
+#                  in-situ profile to its steps (profile_executor.py --from-run, padded-keys
+#                  term included) and validate with it, the grid profile as the baseline
 #   --repeats N    real runs of the study's workload (default 4; the first in results/real_model,
 #                  the others in results/real_model/repeatK), summarized by real_repeats.py
 # Builds the checkpoint first when models/ lacks it (`make model`). One torch thread, and step
@@ -20,7 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 export OMP_NUM_THREADS=1 CI=${CI:-true}
-grid=conf/profiles/smollm2_135m_cpu.json
+grid=conf/profiles/smollm2_135m_cpu_padded.json
+first_grid=conf/profiles/smollm2_135m_cpu.json
 insitu=conf/profiles/smollm2_135m_cpu_insitu.json
 out=${OUT:-results/real_model}  # OUT=<folder>: results elsewhere
 reprofile=0 recalibrate=0 repeats=4
@@ -39,16 +42,19 @@ if [ $reprofile = 1 ] || [ ! -f "$grid" ]; then
         --out "$grid" --threads 1 --repeats 5 --validate-requests 8 --grid small \
         --timer cpu
 fi
-if [ $recalibrate = 1 ] || [ ! -f "$insitu" ]; then
+profile=$grid baseline=$first_grid
+if [ $recalibrate = 1 ]; then
     # Calibration workload: seed 1. Its tables (the grid profile against it) in $out/calibration.
     "$py" scripts/real_vs_sim.py --seed 1 --profile "$grid" --out "$out/calibration" "$@"
     "$py" scripts/profile_executor.py --from-run "$out/calibration/runs/vllm_real" \
         "$out/calibration/runs/sglang_real" --base-profile "$grid" --out "$insitu"
+    profile=$insitu baseline=$grid
 fi
 folders=()
 for i in $(seq 1 "$repeats"); do
     dir=$out; [ "$i" -gt 1 ] && dir=$out/repeat$((i - 1))
-    "$py" scripts/real_vs_sim.py --profile "$insitu" --baseline-profile "$grid" --out "$dir" "$@"
+    "$py" scripts/real_vs_sim.py --profile "$profile" --baseline-profile "$baseline" \
+        --out "$dir" "$@"
     folders+=("$dir")
 done
 "$py" scripts/real_repeats.py "${folders[@]}" --out "$out/repeats.md"

@@ -38,8 +38,9 @@ class DecodeRunExecutor(Protocol):
         """The tokens of the run's first `num_steps` steps, one list per request."""
         ...
 
-    def decode_step_seconds(self, num_seqs: int, seq_len_sum: int) -> float:
-        """The duration of one decode step of `num_seqs` sequences of `seq_len_sum` tokens."""
+    def decode_step_seconds(self, num_seqs: int, seq_len_sum: int, seq_len_max: int) -> float:
+        """The duration of one decode step of `num_seqs` sequences of `seq_len_sum` tokens,
+        the longest `seq_len_max` (a padded kernel's cost depends on it)."""
         ...
 
 

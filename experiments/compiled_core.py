@@ -60,6 +60,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     "engines.records",
     "engines.step_columns",
     "engines.executors.sim",
+    "engines.cost_model",
+    "engines.decode_batch_cost",
 )
 
 

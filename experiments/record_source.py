@@ -3,6 +3,7 @@ from a parquet file, so that metrics need only the columns they use and one batc
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,3 +68,15 @@ class RecordSource:
             return self.table.select(list(columns))
         assert self.path is not None
         return pq.read_table(self.path, columns=list(columns), use_threads=False)
+
+
+def table_digest(*tables: pa.Table) -> str:
+    """sha256 over the tables' Arrow IPC stream bytes: equal digests, equal records (schema,
+    values and order), however they were written."""
+    h = hashlib.sha256()
+    for t in tables:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        h.update(sink.getvalue().to_pybytes())
+    return h.hexdigest()

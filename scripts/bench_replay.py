@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import experiments  # noqa: E402, F401  (first: SCHEDBENCH_CORE=compiled installs its finder)
+from experiments.record_source import table_digest  # noqa: E402
 from schedulers import registry  # noqa: E402
 
 DEFAULT_TRACE_DIR = ROOT.parent / "shared" / "data" / "traces"
@@ -100,19 +101,6 @@ def compose(scheduler: str, trace: str, max_requests: int | None,
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         return hydra_compose(config_name="config", overrides=overrides)
-
-
-def table_digest(*tables: Any) -> str:
-    """sha256 over the tables' Arrow IPC stream bytes."""
-    import pyarrow as pa
-
-    h = hashlib.sha256()
-    for t in tables:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, t.schema) as w:
-            w.write_table(t)
-        h.update(sink.getvalue().to_pybytes())
-    return h.hexdigest()
 
 
 def _replay_memory(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:

@@ -196,17 +196,12 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float,
 
 def record_digest(job_dir: Path) -> str:
     """sha256 over requests.parquet and steps.parquet read back (Arrow IPC stream bytes)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    h = hashlib.sha256()
-    for name in ("requests.parquet", "steps.parquet"):
-        t = pq.read_table(job_dir / name)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, t.schema) as w:
-            w.write_table(t)
-        h.update(sink.getvalue().to_pybytes())
-    return h.hexdigest()
+    from experiments.record_source import table_digest
+
+    return table_digest(*(pq.read_table(job_dir / name)
+                          for name in ("requests.parquet", "steps.parquet")))
 
 
 def summary_digest(summary: dict[str, Any]) -> str:

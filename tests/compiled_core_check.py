@@ -5,17 +5,15 @@ a digest of the records and the number of evictions."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from typing import Any
-
-import pyarrow as pa
 
 import experiments  # noqa: F401  (applies SCHEDBENCH_CORE before the engine is imported)
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
+from experiments.record_source import table_digest
 from experiments.workloads import LengthDist, SyntheticWorkload, generate_synthetic
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
@@ -48,16 +46,6 @@ def workload() -> SyntheticWorkload:
         shared_prefix_len=128, num_prefix_groups=4)
 
 
-def digest(*tables: pa.Table) -> str:
-    h = hashlib.sha256()
-    for t in tables:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, t.schema) as w:
-            w.write_table(t)
-        h.update(sink.getvalue().to_pybytes())
-    return h.hexdigest()
-
-
 def main() -> int:
     out: dict[str, Any] = {
         "modules": {m: getattr(sys.modules[m], "__file__", "") for m in
@@ -71,7 +59,7 @@ def main() -> int:
                  SglangScheduler(SglangSchedulerConfig.from_capacity(CAPACITY, **fields)))
         res = Engine(sched, SimExecutor(MODEL, HW), generate_synthetic(workload())).run()
         evictions = sum(res.requests.column("num_preemptions").to_pylist())
-        out["runs"].append([kind, digest(res.requests, res.steps), evictions])
+        out["runs"].append([kind, table_digest(res.requests, res.steps), evictions])
     print(json.dumps(out))
     return 0
 

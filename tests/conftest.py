@@ -60,3 +60,20 @@ def invariant_check_for(scheduler: Scheduler) -> Callable[[Scheduler], None]:
 def make_scheduler() -> Callable[..., Scheduler]:
     """`make_scheduler(kind, capacity, **fields)`: a registered scheduler by name."""
     return build_scheduler_for
+
+
+def run_like_steps(rng: Any) -> list[tuple[list[tuple[int, int]], bool]]:
+    """Steps shaped as a real run takes them, as ([(tokens, start position) per chunk],
+    prefill): 120 decode batches of 1-12 sequences at contexts 30-400, 15 single prompts,
+    15 prompts beside 1-7 decodes (the calibration tests time them by a known truth)."""
+    steps: list[tuple[list[tuple[int, int]], bool]] = []
+    for _ in range(120):
+        b = int(rng.integers(1, 13))
+        steps.append(([(1, int(c)) for c in rng.integers(30, 400, size=b)], False))
+    for _ in range(15):
+        steps.append(([(int(rng.integers(20, 200)), int(rng.integers(0, 40)))], True))
+    for _ in range(15):
+        b = int(rng.integers(1, 8))
+        steps.append(([(int(rng.integers(20, 120)), 0)]
+                      + [(1, int(c)) for c in rng.integers(30, 300, size=b)], True))
+    return steps

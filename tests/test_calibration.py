@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_like_steps
 
 from engines.calibration import STEP_SHAPES_FILE, load_steps, profile_from_steps
 from engines.cost_model import FittedCostModel
@@ -52,15 +53,8 @@ def steps_table(slow: dict[int, float] | None = None, seed: int = 0) -> pd.DataF
         rows.append({"step": len(rows) + 1, "num_tokens": t, "attn_pairs": a,
                      "kv_read_tokens": r, "num_seqs": k, "prefill": prefill, "seconds": sec})
 
-    for _ in range(120):
-        b = int(rng.integers(1, 13))
-        add([(1, int(c)) for c in rng.integers(30, 400, size=b)], prefill=False)
-    for _ in range(15):
-        add([(int(rng.integers(20, 200)), int(rng.integers(0, 40)))], prefill=True)
-    for _ in range(15):
-        b = int(rng.integers(1, 8))
-        add([(int(rng.integers(20, 120)), 0)] + [(1, int(c)) for c in
-                                                  rng.integers(30, 300, size=b)], prefill=True)
+    for chunks, prefill in run_like_steps(rng):
+        add(chunks, prefill)
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,10 @@ Hypothesis tests cannot take fixtures per example: they import the plain functio
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,6 +24,8 @@ from schedulers.contract import Scheduler, SelfCheckingScheduler
 
 # A model and a machine small enough that a replay of a few hundred requests takes
 # milliseconds; the memory bandwidth is low so that decode steps dominate.
+ROOT = Path(__file__).resolve().parents[1]
+
 TINY_MODEL = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, intermediate_size=128, vocab_size=512)
 TINY_HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9,
@@ -77,3 +82,12 @@ def run_like_steps(rng: Any) -> list[tuple[list[tuple[int, int]], bool]]:
         steps.append(([(int(rng.integers(20, 120)), 0)]
                       + [(1, int(c)) for c in rng.integers(30, 300, size=b)], True))
     return steps
+
+
+def load_script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from schedulers import registry
 
@@ -14,12 +14,7 @@ TRACES = ROOT.parent / "shared" / "data" / "traces"
 
 
 def _bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_replay",
-                                                  ROOT / "scripts" / "bench_replay.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_replay")
 
 
 @pytest.mark.skipif(not (TRACES / "azure2023").exists(), reason="traces not available")

@@ -8,11 +8,11 @@ PoissonRequestIntervalGenerator (qps 5.5) after set_seeds(42).
 from __future__ import annotations
 
 import csv
-import importlib.util
 import itertools
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "data" / "traces"
@@ -22,12 +22,7 @@ needs_trace = pytest.mark.skipif(
 
 
 def _bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_vs_vidur",
-                                                  ROOT / "scripts" / "bench_vs_vidur.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_vs_vidur")
 
 
 def test_arrivals_are_vidurs_poisson() -> None:

@@ -3,7 +3,6 @@ profile fitted to the steps of a real run recovers the coefficients that produce
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_like_steps
+from conftest import load_script, run_like_steps
 
 from engines.calibration import STEP_SHAPES_FILE, load_steps, profile_from_steps
 from engines.cost_model import FittedCostModel
@@ -21,13 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def profile_main(argv: list[str]) -> Any:
-    """scripts/profile_executor.py's main (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("profile_executor",
-                                                  ROOT / "scripts" / "profile_executor.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main(argv)
+    """scripts/profile_executor.py's main."""
+    return load_script("profile_executor").main(argv)
 
 
 # Truth: 40 ms per step, 2.5 ms per token, 1 ns per attention pair, 6 us per context token
@@ -101,12 +95,7 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
 
 
 def _repeats_main(argv: list[str]) -> Any:
-    spec = importlib.util.spec_from_file_location("real_repeats",
-                                                  ROOT / "scripts" / "real_repeats.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main(argv)
+    return load_script("real_repeats").main(argv)
 
 
 def test_repeats_compare_the_simulator_with_the_real_median(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_like_steps
+from conftest import load_script, run_like_steps
 
 from engines.calibration import STEP_SHAPES_FILE, profile_from_steps
 from engines.cost_model import (
@@ -29,9 +29,9 @@ from kernels import build_metadata
 from kernels.torch_ref import _groups
 from schedulers.contract import Request, ScheduledChunk, StepPlan
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
-from tests.test_calibration import profile_main
 from tests.test_decode_runs import HW, TINY, same
 
+profile_executor = load_script("profile_executor")
 
 def random_plan(rng: random.Random, page: int) -> StepPlan:
     """Ragged decodes, prefills and extends in one plan, each on its own pages."""
@@ -96,7 +96,7 @@ def test_padded_coefficient_is_recovered_through_the_cli(tmp_path: Path) -> None
     run.mkdir()
     padded_steps().to_parquet(run / STEP_SHAPES_FILE)
     out = tmp_path / "calibrated.json"
-    assert profile_main(["--from-run", str(run), "--out", str(out)]) == 0
+    assert profile_executor.main(["--from-run", str(run), "--out", str(out)]) == 0
     profile = json.loads(out.read_text())
     assert profile["features"][-1] == PADDED_FEATURE
     base = FittedCostModel.from_profile(out)
@@ -104,7 +104,8 @@ def test_padded_coefficient_is_recovered_through_the_cli(tmp_path: Path) -> None
     assert profile["fit"]["mape_pct_on_steps"] == pytest.approx(0.0, abs=1e-4)
     # Without the term the same steps are not fitted exactly.
     off = tmp_path / "five_terms.json"
-    assert profile_main(["--from-run", str(run), "--out", str(off), "--padded-kv", "off"]) == 0
+    assert profile_executor.main(["--from-run", str(run), "--out", str(off),
+                                  "--padded-kv", "off"]) == 0
     assert PADDED_FEATURE not in json.loads(off.read_text())["features"]
     assert json.loads(off.read_text())["fit"]["mape_pct_on_steps"] > 1.0
 
@@ -167,17 +168,9 @@ def test_sim_charges_padded_keys_in_steps_and_decode_runs() -> None:
 def test_small_grid_measures_padded_keys() -> None:
     """The profiler's small grid has ragged decode batches, so the term can be fitted from it;
     the default grid pads nothing (its profiles keep five terms)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "profile_executor", Path(__file__).resolve().parents[1] / "scripts" /
-        "profile_executor.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     for name, want in (("small", True), ("default", False)):
-        planner = mod.Planner()
-        shapes = [StepShape.of(planner.plan(s)) for _k, s in mod.grid(name)]
+        planner = profile_executor.Planner()
+        shapes = [StepShape.of(planner.plan(s)) for _k, s in profile_executor.grid(name)]
         meas = [{"kv_read_tokens": s.kv_read_tokens, PADDED_FEATURE: s.padded_kv_tokens}
                 for s in shapes]
         assert any_padded(meas) is want

@@ -81,7 +81,10 @@ def padded_kv_tokens(chunks: Iterable[ScheduledChunk]) -> int:
 
 
 class CostModel(Protocol):
-    """Maps a step's shape terms (see `StepShape`) to seconds."""
+    """Maps a step's shape terms (see `StepShape`) to seconds. `uses_padded_kv`: whether it
+    charges `padded_kv_tokens` (the executor counts them only then)."""
+
+    uses_padded_kv: bool
 
     def seconds(self, num_tokens: int, attn_pairs: int, kv_read_tokens: int,
                 num_seqs: int = 1, padded_kv_tokens: int | None = None) -> float:
@@ -128,6 +131,7 @@ class RooflineCostModel:
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, step_overhead_s: float = 0.0,
                  flops_efficiency: float = 1.0, bandwidth_efficiency: float = 1.0) -> None:
+        self.uses_padded_kv = False  # the roofline has no padded-keys term
         if step_overhead_s < 0:
             raise ValueError(f"cost model: step_overhead_s={step_overhead_s!r}: must be >= 0")
         for name, value in (("flops_efficiency", flops_efficiency),

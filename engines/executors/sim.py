@@ -80,7 +80,7 @@ class SimExecutor:
             model, hardware, step_overhead_s=step_overhead_s,
             flops_efficiency=flops_efficiency, bandwidth_efficiency=bandwidth_efficiency)
         # Count padded keys (a second pass over the chunks) only for a model that charges them.
-        self._pads = bool(getattr(self.cost_model, "uses_padded_kv", False))
+        self._pads = self.cost_model.uses_padded_kv
         self._requests: dict[str, _Registered] = {}
         self._num_registered = 0
 

@@ -72,11 +72,12 @@ class RecordSource:
 
 def table_digest(*tables: pa.Table) -> str:
     """sha256 over the tables' Arrow IPC stream bytes: equal digests, equal records (schema,
-    values and order), however they were written."""
+    values and order), however they were written (each table is first made one chunk: a
+    file's row groups, or a recorder's batches, follow how its steps were committed)."""
     h = hashlib.sha256()
     for t in tables:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, t.schema) as w:
-            w.write_table(t)
+            w.write_table(t.combine_chunks())
         h.update(sink.getvalue().to_pybytes())
     return h.hexdigest()

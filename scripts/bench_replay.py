@@ -26,8 +26,9 @@ keeps the tables in memory (its digest compares with earlier versions of the har
     peak RSS     the child's peak resident memory (resource.getrusage ru_maxrss), MiB
     evictions    preemptions (vLLM) / retractions (SGLang) in the run
     rejected     requests refused (a prompt the pool or the context length cannot hold)
-    digest       sha256 of the request and step tables (memory: Arrow IPC; spool: the
-                 parquet files): equal digests on a rerun mean the same results to the byte
+    digest       sha256 of the request and step tables' values (Arrow IPC of each table in
+                 one chunk; spool: the parquet files read back): equal digests mean the
+                 same results to the byte, however the rows were batched
 
 A child per pair keeps one replay's memory out of the next one's peak. `--repeat K` replays
 each pair K times (fresh children) and reports the median rate and whether every digest
@@ -37,7 +38,6 @@ agreed. `--profile` runs one pair in this process under cProfile instead.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import resource
@@ -122,19 +122,12 @@ def _replay_memory(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:
             "summary_s": 0.0, "digest": table_digest(reqs, steps)}
 
 
-def _file_digest(*paths: Path) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
 def _replay_spool(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:
     """What experiments.run does: a lazy workload, records spooled to parquet, the summary
     computed from the files."""
     import tempfile
+
+    import pyarrow.parquet as pq
 
     from engines.engine import Engine
     from engines.records import Recorder
@@ -150,11 +143,13 @@ def _replay_spool(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         m = compute_metrics_from_files(*spool)
         summary_s = time.perf_counter() - w0 - wall
-        return {"requests": len(stream), "steps": result.num_steps,
+        rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before the read-back
+        return {"rss_peak": rss_peak, "requests": len(stream), "steps": result.num_steps,
                 "evictions": int(m["num_preemptions"]),
                 "rejected": int(m["rejected"]) + int(m["rejected_503"]),
                 "sim_duration_s": result.duration_s, "wall_s": wall, "cpu_s": cpu,
-                "summary_s": summary_s, "digest": _file_digest(*spool)}
+                "summary_s": summary_s,
+                "digest": table_digest(*(pq.read_table(p) for p in spool))}
 
 
 def replay_once(scheduler: str, trace: str, max_requests: int | None,
@@ -187,7 +182,7 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
     run = _replay_spool if records == "spool" else _replay_memory
     row = run(cfg, sched, executor)
     wall, cpu = row["wall_s"], row["cpu_s"]
-    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_peak = row.get("rss_peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     n = row["requests"]
     return {
         "scheduler": scheduler,

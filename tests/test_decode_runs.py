@@ -163,3 +163,21 @@ def test_spooled_records_with_runs_match_the_step_by_step_tables(tmp_path: Any) 
         assert reqs_a.schema == reqs_b.schema and str(reqs_a.to_pylist()) == str(
             reqs_b.to_pylist()), kind
         assert str(steps_a.to_pylist()) == str(result.steps.to_pylist()), kind
+
+
+def test_runs_start_after_a_finish_only_when_the_head_does_not_fit() -> None:
+    """Right after a finish or a preemption a run starts only when the next step's admission
+    would stop (vLLM: the waiting head does not fit in the blocks the running requests leave
+    at that step). Sweeping the head's prompt length across that boundary, one token at a
+    time, gives the same records as step by step, and runs start at such steps."""
+    for page in (4, 16):
+        for plen in range(40, 200, 3):
+            spec: Spec = [(0.0, 60, 90, 90, True, 0, 0), (0.0, 30, 35, 35, True, 0, 1),
+                          (0.001, plen, 20, 20, True, 0, 2), (0.002, 50, 40, 40, True, 0, 1)]
+            for knob in (1, 4):  # watermark 0.1 and reserve_full_isl; neither
+                reqs_a, steps_a, _ = run("vllm", 256, page, "fcfs", knob, spec,
+                                         decode_runs=False)
+                reqs_b, steps_b, engine = run("vllm", 256, page, "fcfs", knob, spec,
+                                              decode_runs=True)
+                assert same(reqs_a, reqs_b) and same(steps_a, steps_b), (page, plen, knob)
+                assert engine.num_decode_run_steps > 0

@@ -84,6 +84,29 @@ class KVCacheManager:
         num_evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
         return num_new_blocks + num_evictable
 
+    def fits(self, request: VllmRequest, num_new_tokens: int, num_new_computed_tokens: int,
+             new_computed: list[KVCacheBlock], full_sequence_must_fit: bool,
+             has_scheduled_reqs: bool, num_free: int) -> bool:
+        """Whether `allocate_slots` with these arguments would succeed with `num_free` free
+        blocks (its admission checks alone, no side effect)."""
+        request_id = request.request_id
+        total_computed_tokens = min(request.num_computed_tokens + num_new_computed_tokens,
+                                    self.max_model_len)
+        watermark_blocks = 0
+        if has_scheduled_reqs and request.status in (
+            RequestStatus.WAITING,
+            RequestStatus.PREEMPTED,
+        ):
+            watermark_blocks = self.watermark_blocks
+        if full_sequence_must_fit:
+            full_num_tokens = min(request.num_tokens, self.max_model_len)
+            needed = self._get_num_blocks_to_allocate(request_id, full_num_tokens, new_computed)
+            if needed + watermark_blocks > num_free:
+                return False
+        num_tokens_need_slot = min(total_computed_tokens + num_new_tokens, self.max_model_len)
+        needed = self._get_num_blocks_to_allocate(request_id, num_tokens_need_slot, new_computed)
+        return needed + watermark_blocks <= num_free
+
     def allocate_slots(
         self,
         request: VllmRequest,
@@ -104,22 +127,11 @@ class KVCacheManager:
         request_id = request.request_id
         num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
         total_computed_tokens = min(num_local_computed_tokens, self.max_model_len)
-        watermark_blocks = 0
-        if has_scheduled_reqs and request.status in (
-            RequestStatus.WAITING,
-            RequestStatus.PREEMPTED,
-        ):
-            watermark_blocks = self.watermark_blocks
-        num_free = self.block_pool.get_num_free_blocks()
-        if full_sequence_must_fit:
-            full_num_tokens = min(request.num_tokens, self.max_model_len)
-            needed = self._get_num_blocks_to_allocate(request_id, full_num_tokens, new_computed)
-            if needed + watermark_blocks > num_free:
-                return None
-        num_tokens_need_slot = min(total_computed_tokens + num_new_tokens, self.max_model_len)
-        needed = self._get_num_blocks_to_allocate(request_id, num_tokens_need_slot, new_computed)
-        if needed + watermark_blocks > num_free:
+        if not self.fits(request, num_new_tokens, num_new_computed_tokens, new_computed,
+                         full_sequence_must_fit, has_scheduled_reqs,
+                         self.block_pool.get_num_free_blocks()):
             return None
+        num_tokens_need_slot = min(total_computed_tokens + num_new_tokens, self.max_model_len)
 
         blocks = self.req_to_blocks.get(request_id)
         if blocks is None:

@@ -73,8 +73,9 @@ class VllmScheduler:
         self.running: list[VllmRequest] = []
         self.step_count = 0
         self.num_usable_blocks = config.num_blocks - 1
-        # Whether the last step left admission blocked and preempted, aborted and finished
-        # nothing (see `decode_run`).
+        # Whether admission is known to be blocked for the steps ahead: the last step (or
+        # run) preempted, aborted and finished nothing and its admission stopped for a
+        # lasting reason (see `decode_run`).
         self._steady = False
         # preemption_mode=swap: the host pool and this step's swap ops
         self.host_pool: HostKVPool | None = None
@@ -411,18 +412,18 @@ class VllmScheduler:
     def decode_run(self, limit: int) -> DecodeRun | None:
         """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
 
-        When the last step preempted, aborted and finished nothing, its admission loop
-        stopped at a misfit, at max_num_seqs or an empty queue, and every running request now
-        owes one token within the budget, the next steps decode that batch, one token each,
-        until a request finishes by length or needs a block the free queue cannot give (a
+        When every running request owes one token within the budget and the next step's
+        admission loop would stop at a misfit, at max_num_seqs or an empty queue (known
+        from the last step when it preempted, aborted and finished nothing, else checked
+        now: `_admission_blocked`), the next steps decode that batch, one token each, until
+        a request finishes by length or needs a block the free queue cannot give (a
         preemption). Admission stays blocked: an arrival under fcfs queues behind the head,
         free blocks only shrink, and a larger budget only asks for more blocks; the head's
         prefix hit could grow only if a block a running request fills continued its hash
         chain, and then there is no run.
         """
         running = self.running
-        if (not self._steady or limit <= 0 or not running
-                or len(running) > self.max_num_scheduled_tokens):
+        if limit <= 0 or not running or len(running) > self.max_num_scheduled_tokens:
             return None
         for r in running:  # each owes exactly its last output token
             if (len(r.all_token_ids) - r.num_computed_tokens != 1
@@ -450,6 +451,12 @@ class VllmScheduler:
         first_crossing = [len(req_to_blocks[r.request_id]) * bs - r.num_computed_tokens
                           for r in running]
         num_free = self.kv_cache_manager.block_pool.free_block_queue.num_free_blocks
+        if not self._steady:
+            # The last step finished, preempted or admitted something: the run's first step
+            # must be one whose admission stops for a reason the next steps keep.
+            if not self._admission_blocked(num_free - first_crossing.count(0)):
+                return None
+            self._steady = True
 
         def crossings_up_to(j: int) -> int:
             return sum((j - j0) // bs + 1 for j0 in first_crossing if j0 <= j)
@@ -471,6 +478,36 @@ class VllmScheduler:
             max_steps=k,
             forward_mode="mixed",
         )
+
+    def _admission_blocked(self, num_free: int) -> bool:
+        """Whether the next step, decoding one token for each running request and left
+        `num_free` free blocks by their allocations, would admit nothing for a reason the
+        steps after it keep: `schedule`'s waiting loop, without its side effects.
+
+        It stops at max_num_seqs, at an empty queue, or at a head that does not fit; then
+        the head keeps not fitting over the run: free blocks only shrink, and the evictions
+        that shrink them only shorten its prefix hit, which needs more blocks, not fewer.
+        A head the step's evictions would reach is judged on its hit before them: if it
+        does not fit then, it fits even less after.
+        """
+        if self.host_pool is not None:
+            return False  # a swapped head resumes from the host: leave it to schedule()
+        running, waiting = self.running, self.waiting
+        if not waiting or len(running) >= self.max_num_running_reqs:
+            return True
+        token_budget = self.max_num_scheduled_tokens - len(running)
+        if token_budget <= 0:
+            return False  # schedule() counts a spent budget as a passing stop
+        kv = self.kv_cache_manager
+        head = waiting.peek_request()
+        new_computed_blocks, num_computed_tokens = kv.get_computed_blocks(head)
+        num_new_tokens = head.num_tokens - num_computed_tokens
+        lptt = self.config.long_prefill_token_threshold  # running and waiting: 2 or more
+        if 0 < lptt < num_new_tokens:
+            num_new_tokens = lptt
+        num_new_tokens = min(num_new_tokens, token_budget)
+        return not kv.fits(head, num_new_tokens, num_computed_tokens, new_computed_blocks,
+                           self.config.scheduler_reserve_full_isl, True, num_free)
 
     def commit_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> DecodeRunStats:
         """Commit `len(tokens[0])` steps of `run` (at most `run.max_steps`): the same state as

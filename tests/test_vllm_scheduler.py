@@ -39,7 +39,7 @@ def test_free_order_hashed_last_unhashed_first() -> None:
     pool = BlockPool(6, enable_caching=True)
     a, b, c = pool.get_new_blocks(3)
     a.block_hash = 11
-    pool.cached_block_hash_to_block[11] = {a.block_id: a}
+    pool.cached_block_hash_to_block[11] = a
     # free in reverse (tail first), as KVCacheManager.free does
     pool.free_blocks([c, b, a])
     order = pool.free_block_queue.block_ids()
@@ -49,6 +49,26 @@ def test_free_order_hashed_last_unhashed_first() -> None:
     # reusing the cached block evicts its hash
     got = pool.get_new_blocks(5)
     assert got[-1] is a and a.block_hash is None and 11 not in pool.cached_block_hash_to_block
+
+
+def test_a_hash_cached_twice_returns_the_earliest_block_still_cached() -> None:
+    """mirrors BlockHashToBlockMap: several blocks under one hash, looked up earliest
+    inserted first; evicting one leaves the others, in order."""
+    pool = BlockPool(8, enable_caching=True)
+    a, b, c, d = pool.get_new_blocks(4)
+    pool.cache_full_blocks([a, b, c, d], [7, 7, 9, 7], 0, 4)
+    assert pool.get_cached_block(7) is a and pool.cached_blocks(7) == [a, b, d]
+    pool.free_blocks([a, b, c, d])  # hashed: to the tail, in this order
+    pool.get_new_blocks(3)  # the 3 unhashed free blocks first
+    assert pool.get_cached_block(7) is a
+    pool.get_new_blocks(1)  # evicts a
+    assert pool.get_cached_block(7) is b and pool.cached_blocks(7) == [b, d]
+    pool.get_new_blocks(1)  # evicts b
+    assert pool.get_cached_block(7) is d and pool.cached_blocks(7) == [d]
+    assert pool.get_cached_block(9) is c
+    pool.get_new_blocks(2)  # evicts c, then d
+    assert pool.get_cached_block(7) is None and pool.cached_blocks(7) == []
+    assert pool.get_cached_block(9) is None and not pool.cached_block_hash_to_block
 
 
 def test_block_hashes_are_chained() -> None:

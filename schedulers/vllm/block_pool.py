@@ -24,8 +24,12 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         # mirrors BlockHashToBlockMap: a hash may map to several blocks (no de-duplication, so
-        # block tables stay append-only); lookups return the earliest inserted one.
-        self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        # block tables stay append-only); lookups return the earliest inserted one still
+        # cached. The map holds that block; a hash with more than one (equal prefixes cached
+        # twice before either was looked up: rare) also has all of them, in insertion order,
+        # in `_more_blocks` (upstream's dict of blocks per hash).
+        self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+        self._more_blocks: dict[BlockHash, dict[int, KVCacheBlock]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         # Free blocks that still carry a hash (evictable cache), kept for stats.
@@ -35,10 +39,29 @@ class BlockPool:
 
     # mirrors block_pool.py: BlockPool.get_cached_block
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
-        blocks = self.cached_block_hash_to_block.get(block_hash)
-        if blocks is None:
-            return None
-        return next(iter(blocks.values()))
+        return self.cached_block_hash_to_block.get(block_hash)
+
+    def cached_blocks(self, block_hash: BlockHash) -> list[KVCacheBlock]:
+        """Every block cached under `block_hash`, earliest inserted first."""
+        more = self._more_blocks.get(block_hash)
+        if more is not None:
+            return list(more.values())
+        block = self.cached_block_hash_to_block.get(block_hash)
+        return [] if block is None else [block]
+
+    def _uncache(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
+        # mirrors BlockPool._maybe_evict_cached_block / BlockHashToBlockMap.pop
+        cache = self.cached_block_hash_to_block
+        if self._more_blocks:
+            more = self._more_blocks.get(block_hash)
+            if more is not None:
+                if more.pop(block.block_id, None) is not None:
+                    cache[block_hash] = next(iter(more.values()))
+                    if len(more) == 1:
+                        del self._more_blocks[block_hash]
+                return
+        if cache.get(block_hash) is block:
+            del cache[block_hash]
 
     def cache_full_blocks(
         self,
@@ -56,28 +79,26 @@ class BlockPool:
             block_hash = block_hashes[i]
             blk.block_hash = block_hash
             self.cache_version += 1
-            entry = cache.get(block_hash)
-            if entry is None:
-                cache[block_hash] = {blk.block_id: blk}
+            first = cache.get(block_hash)
+            if first is None:
+                cache[block_hash] = blk
             else:
-                entry[blk.block_id] = blk
+                more = self._more_blocks.get(block_hash)
+                if more is None:
+                    more = self._more_blocks[block_hash] = {first.block_id: first}
+                more[blk.block_id] = blk
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """mirrors block_pool.py: BlockPool.get_new_blocks (pop the head, evict its cache entry)."""
         if num_blocks > self.free_block_queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
-        cache = self.cached_block_hash_to_block
         for block in ret:
             block_hash = block.block_hash
             if block_hash is not None:
                 # mirrors block_pool.py: BlockPool._maybe_evict_cached_block
                 self.cache_version += 1
-                entry = cache.get(block_hash)
-                if entry is not None:
-                    entry.pop(block.block_id, None)
-                    if not entry:
-                        del cache[block_hash]
+                self._uncache(block, block_hash)
                 block.block_hash = None
                 self.num_free_cached_blocks -= 1
             block.ref_cnt += 1

@@ -20,6 +20,7 @@ def check_vllm_invariants(sched: VllmScheduler) -> None:
       shared only as a cached prefix, so a shared block must carry a hash);
     - only running requests hold blocks, and a running request's table covers its computed
       tokens;
+    - every block with a hash is in the prefix cache under it, and nothing else is;
     - in swap mode, host pages are free, held by exactly one swapped waiting request (whose
       computed tokens they hold), or waiting for the step that read them to be committed.
     """
@@ -50,6 +51,19 @@ def check_vllm_invariants(sched: VllmScheduler) -> None:
                                  f"{block.block_id in free_ids}")
     if 0 in free_ids or pool.null_block.ref_cnt != 0:
         raise InvariantError("the null block was handed out")
+    hashed = [b for b in pool.blocks if b.block_hash is not None]
+    for block in hashed:
+        assert block.block_hash is not None
+        if block not in pool.cached_blocks(block.block_hash):
+            raise InvariantError(f"block {block.block_id} has a hash the prefix cache lacks")
+    for h, first in pool.cached_block_hash_to_block.items():
+        if first.block_hash != h or pool.cached_blocks(h)[0] is not first:
+            raise InvariantError(f"the prefix cache looks up block {first.block_id} for a "
+                                 "hash it does not hold first")
+    num_entries = sum(len(pool.cached_blocks(h)) for h in pool.cached_block_hash_to_block)
+    if num_entries != len(hashed):
+        raise InvariantError(f"the prefix cache maps {num_entries} blocks, {len(hashed)} "
+                             "have a hash")
     cached_free = sum(1 for i in free_ids if pool.blocks[i].block_hash is not None)
     if cached_free != pool.num_free_cached_blocks:
         raise InvariantError(f"{cached_free} cached free blocks, counter says "

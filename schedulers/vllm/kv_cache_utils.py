@@ -66,7 +66,7 @@ class FreeKVCacheBlockQueue:
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         pop = self._queue.popitem
         blocks = self._blocks
-        return [blocks[pop(last=False)[0]] for _ in range(n)]
+        return [blocks[pop(False)[0]] for _ in range(n)]  # False: from the head
 
     def peek_n(self, n: int) -> list[KVCacheBlock]:
         """The first `n` free blocks, head first, left in the queue."""

@@ -44,6 +44,7 @@ from omegaconf import DictConfig
 from engines.engine import Engine, SchedulerCheck
 from engines.executors.base import DetokenizingExecutor, Executor
 from engines.records import Recorder
+from experiments.arrow_pandas import defer_pandas_import
 from experiments.build import (
     as_dict,
     build_admission,
@@ -524,6 +525,7 @@ def cli() -> None:
     a key was unknown. `--help` adds the config reference (docs/CONFIG.md) after Hydra's
     help. The console command `schedbench-run` (pyproject.toml) runs this."""
     require_conf_dir(CONF_DIR)
+    defer_pandas_import()
     if {"--help", "-h"} & set(sys.argv[1:]):
         try:
             main()  # Hydra's help: its flags, the config groups, the composed config

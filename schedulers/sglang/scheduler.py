@@ -413,15 +413,18 @@ class SglangScheduler:
     def decode_run(self, limit: int) -> DecodeRun | None:
         """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
 
-        After a decode step that retracted, aborted and finished nothing, with no chunked
-        request, no arrival and prefill skipped (`batch_is_full`, or nothing waiting, and no
-        priority preemption), every next step decodes the same batch until a request reaches
+        After a decode step that retracted, aborted and finished nothing (or an extend step
+        whose requests all go on to decode, merged now: `_merge_last_extend`), with no
+        chunked request, no arrival and prefill skipped (`batch_is_full`, or nothing waiting,
+        and no priority preemption), every next step decodes the same batch until a request reaches
         `max_new_tokens` or `check_decode_mem` would fail: the free plus evictable slots shrink
         by exactly each step's allocation (eviction moves slots from one to the other).
         """
+        if limit <= 0 or (not self._steady and not self._merge_last_extend()):
+            return None
         rb = self.running_batch
-        if (not self._steady or limit <= 0 or self.chunked_req is not None
-                or self.last_batch is not rb or self.enable_priority_preemption
+        if (self.chunked_req is not None or self.last_batch is not rb
+                or self.enable_priority_preemption
                 or not (rb.batch_is_full or not self.waiting_queue)):
             return None
         reqs = rb.reqs
@@ -447,12 +450,49 @@ class SglangScheduler:
             forward_mode="decode",
         )
 
+    def _merge_last_extend(self) -> bool:
+        """After an extend step whose requests all go on to decode (no chunk left, none
+        finished, nothing preempted or aborted), the next step merges them into the running
+        batch and, when it skips prefill (`batch_is_full`, or nothing waiting), decodes. Do
+        that merge now, as that step would begin, so that a run can start with its decode;
+        returns whether it was done. Done and then not run, it is what the next step would
+        do first, and that step finds it done.
+
+        mirrors scheduler.py: get_next_batch_to_run and _get_new_batch_prefill_raw (their
+        opening: the merge, and the checks that skip prefill)
+        """
+        lb, rb = self.last_batch, self.running_batch
+        if (lb is None or lb is rb or lb.forward_mode != "extend" or self._plan_preempted
+                or self._plan_aborted or self.chunked_req is not None
+                or lb.chunked_req is not None or self.enable_priority_preemption
+                or self.host_pool is not None):
+            return False
+        for r in lb.reqs:  # filter_batch keeps them all
+            if r.finished_reason is not None or r.to_finish is not None:
+                return False
+        merged = lb if rb.is_empty() else rb
+        running_bs = len(lb.reqs) + (0 if merged is lb else len(rb.reqs))
+        full = merged.batch_is_full
+        if not full and self.waiting_queue:
+            if self.get_num_allocatable_reqs(running_bs) > 0:
+                return False  # the next step tries a prefill
+            full = True  # ... and finds no room for one more request
+        if merged is lb:
+            self.running_batch = lb
+        else:
+            rb.merge_batch(lb)
+        merged.batch_is_full = full
+        self.last_batch = merged
+        return True
+
     def commit_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> DecodeRunStats:
         """Commit `len(tokens[0])` steps of `run` (at most `run.max_steps`): the same state as
         scheduling and updating them one by one (`update_running_batch`'s memory check and
         ratio decay, `alloc_for_decode`, the sampled tokens)."""
         num_steps = run.num_steps(tokens)
         rb = self.running_batch
+        rb.forward_mode = "decode"  # prepare_for_decode (a run may follow an extend)
+        self._steady = True  # its steps decode and retract and abort nothing
         reqs = rb.reqs
         bs = len(reqs)
         kv, tracker, tree = self.kv, self.new_token_ratio_tracker, self.tree_cache

@@ -127,3 +127,28 @@ def test_replayable_reads_the_stream_once_when_it_fits_the_budget(budget: int) -
     x = np.random.default_rng(0).random(1000)
     split = lambda: iter(np.array_split(x, 7))  # noqa: E731
     assert stats_ms("itl", replayable(split), (90, 99)) == stats_ms("itl", split, (90, 99))
+
+
+def test_the_parquet_sink_writes_in_order_and_reports_a_failed_write(tmp_path: Path) -> None:
+    """The writer thread keeps the batches' order (one row group each); a batch it cannot
+    write fails the next write or close, naming the file, and discard leaves nothing."""
+    import pyarrow as pa
+
+    from engines.record_sinks import ParquetSink
+
+    schema = pa.schema([("x", pa.int64())])
+    sink = ParquetSink(schema, tmp_path / "ok.parquet")
+    for i in range(7):
+        sink.write(pa.record_batch([pa.array(range(i * 10, i * 10 + 10))], schema=schema))
+    sink.close()
+    meta = pq.ParquetFile(tmp_path / "ok.parquet").metadata
+    assert meta.num_row_groups == 7
+    assert pq.read_table(tmp_path / "ok.parquet").column("x").to_pylist() == list(range(70))
+
+    bad = ParquetSink(schema, tmp_path / "bad.parquet")
+    other = pa.schema([("y", pa.string())])
+    bad.write(pa.record_batch([pa.array(["a"])], schema=other))
+    with pytest.raises(RuntimeError, match=r"bad\.parquet"):
+        bad.close()
+    bad.discard()
+    assert not (tmp_path / "bad.parquet").exists()

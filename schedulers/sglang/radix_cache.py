@@ -34,7 +34,7 @@ class TreeNode:
 def _common_prefix_len(a: list[int], b: Sequence[int], b_off: int, n: int) -> int:
     """Length of the common prefix of a[0:] and b[b_off:b_off + n] (n <= len(b) - b_off)."""
     m = len(a) if len(a) < n else n
-    if a[:m] == b[b_off:b_off + m]:
+    if (a if m == len(a) else a[:m]) == b[b_off:b_off + m]:
         return m
     # mirrors radix_cache.py: RadixKey.match_at (gallop in doubling windows, then bisect)
     lo, step = 0, 1

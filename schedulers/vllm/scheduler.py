@@ -399,8 +399,10 @@ class VllmScheduler:
             self._free_request(req)
 
     def _drop_finished_from_running(self) -> None:
-        # mirrors scheduler.py: update_from_output (stopped requests leave self.running)
-        self.running = [r for r in self.running if not r.status.is_finished]
+        # mirrors scheduler.py: update_from_output (stopped requests leave self.running; the
+        # others are all RUNNING: a preempted request has left it already)
+        running = RequestStatus.RUNNING
+        self.running = [r for r in self.running if r.status is running]
         self._steady = False
 
     # ------------------------------------------------------------------ decode runs

@@ -225,7 +225,8 @@ def our_round(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | No
 
 
 def _scheduler_of(who: str) -> str:
-    """The scheduler of a round's name: vllm, vllm+c (compiled core), vllm@base."""
+    """The scheduler of a round's name: vllm, vllm+c (compiled core), vllm@base,
+    vllm+c@base."""
     return who.split("@")[0].split("+")[0]
 
 
@@ -255,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                          "own default is 1)")
     ap.add_argument("--baseline", default=None,
                     help="another checkout of this project (an older commit, say): its "
-                         "schedulers run too, alternated with ours, as <scheduler>@base")
+                         "schedulers run too, alternated with ours, as <scheduler>@base (and "
+                         "<scheduler>+c@base with its own `make compiled` build)")
     ap.add_argument("--cores", default="python,compiled",
                     help="our cores to run (SCHEDBENCH_CORE): python, compiled (`make "
                          "compiled` first) or both; compiled rounds are named <scheduler>+c")
@@ -282,8 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     for s_ in scheds:
         for core in cores:
             roots[s_ if core == "python" else f"{s_}+c"] = (ROOT, core)
-        if args.baseline:
-            roots[f"{s_}@base"] = (Path(args.baseline).resolve(), "python")
+        if args.baseline:  # the same cores of the other checkout (compiled: its own build)
+            for core in cores:
+                roots[f"{s_}@base" if core == "python" else f"{s_}+c@base"] = (
+                    Path(args.baseline).resolve(), core)
     if args.vidur_script and vidur_py:
         ap.error("give --vidur or --vidur-script, not both")
     with_vidur = bool(vidur_py or args.vidur_script)

@@ -26,6 +26,10 @@ def check_vllm_invariants(sched: VllmScheduler) -> None:
     """
     kv = sched.kv_cache_manager
     pool = kv.block_pool
+    try:
+        pool.free_block_queue.check()
+    except AssertionError as e:
+        raise InvariantError(str(e)) from None
     free_ids = set(pool.free_block_queue.block_ids())
     holders: Counter[int] = Counter()
     for rid, blocks in kv.req_to_blocks.items():

@@ -181,3 +181,18 @@ def test_runs_start_after_a_finish_only_when_the_head_does_not_fit() -> None:
                                               decode_runs=True)
                 assert same(reqs_a, reqs_b) and same(steps_a, steps_b), (page, plen, knob)
                 assert engine.num_decode_run_steps > 0
+
+
+def test_a_run_ends_before_it_evicts_the_waiting_heads_hit() -> None:
+    """A preempted head whose chunk long_prefill_token_threshold caps needs fewer blocks once
+    a free block of its own prefix hit is evicted: a run whose allocations would evict one
+    must end first (found by the property above: the head was admitted a step late)."""
+    spec: Spec = [(0.0, 1, 1, 1, False, 0, 0)] * 5 + [
+        (0.393, 88, 58, 58, False, 0, 0), (0.406, 1, 48, 48, False, 0, 0),
+        (0.406, 1, 48, 48, False, 0, 0), (0.414, 1, 41, 41, False, 0, 0),
+        (0.414, 82, 39, 39, False, 0, 0), (0.438, 159, 11, 11, False, 0, 1)]
+    reqs_a, steps_a, _ = run("vllm", 512, 8, "fcfs", 5, spec, decode_runs=False)
+    reqs_b, steps_b, engine = run("vllm", 512, 8, "fcfs", 5, spec, decode_runs=True)
+    assert int(pa.compute.sum(reqs_a.column("num_preemptions")).as_py()) > 0
+    assert same(reqs_a, reqs_b) and same(steps_a, steps_b)
+    assert engine.num_decode_run_steps > 0

@@ -419,10 +419,11 @@ class VllmScheduler:
         from the last step when it preempted, aborted and finished nothing, else checked
         now: `_admission_blocked`), the next steps decode that batch, one token each, until
         a request finishes by length or needs a block the free queue cannot give (a
-        preemption). Admission stays blocked: an arrival under fcfs queues behind the head,
-        free blocks only shrink, and a larger budget only asks for more blocks; the head's
-        prefix hit could grow only if a block a running request fills continued its hash
-        chain, and then there is no run.
+        preemption) or would evict a free block of the waiting head's prefix hit. Admission
+        stays blocked: an arrival under fcfs queues behind the head, free blocks only shrink,
+        and a larger budget only asks for more blocks; the head's prefix hit could grow only
+        if a block a running request fills continued its hash chain, and then there is no
+        run, and it shrinks only by such an eviction.
         """
         running = self.running
         if limit <= 0 or not running or len(running) > self.max_num_scheduled_tokens:
@@ -453,27 +454,32 @@ class VllmScheduler:
         first_crossing = [len(req_to_blocks[r.request_id]) * bs - r.num_computed_tokens
                           for r in running]
         num_free = self.kv_cache_manager.block_pool.free_block_queue.num_free_blocks
-        if not self._steady:
-            # The last step finished, preempted or admitted something: the run's first step
-            # must be one whose admission stops for a reason the next steps keep.
-            if not self._admission_blocked(num_free - first_crossing.count(0)):
-                return None
-            self._steady = True
+        # The last step finished, preempted or admitted something: the run's first step must
+        # be one whose admission stops for a reason the next steps keep.
+        if not self._steady and not self._admission_blocked(num_free - first_crossing.count(0)):
+            return None
 
         def crossings_up_to(j: int) -> int:
             return sum((j - j0) // bs + 1 for j0 in first_crossing if j0 <= j)
 
-        if crossings_up_to(k - 1) > num_free:
-            lo, hi = 0, k - 1  # the first step j with crossings_up_to(j) > num_free
+        # The allocations come from the free queue's head; the run ends before the step whose
+        # allocations would exceed the free blocks (a preemption) or reach a free block of
+        # the waiting head's prefix hit (`_blocks_before_a_free_hit`).
+        room = num_free
+        if head is not None:
+            room = min(room, self._blocks_before_a_free_hit(head, crossings_up_to(k - 1)))
+        if crossings_up_to(k - 1) > room:
+            lo, hi = 0, k - 1  # the first step j with crossings_up_to(j) > room
             while lo < hi:
                 mid = (lo + hi) // 2
-                if crossings_up_to(mid) > num_free:
+                if crossings_up_to(mid) > room:
                     hi = mid
                 else:
                     lo = mid + 1
             k = lo
         if k <= 0:
             return None
+        self._steady = True
         return DecodeRun(
             request_ids=[r.request_id for r in running],
             seq_lens=[r.num_computed_tokens + 1 for r in running],
@@ -481,16 +487,37 @@ class VllmScheduler:
             forward_mode="mixed",
         )
 
+    def _blocks_before_a_free_hit(self, head: VllmRequest, n: int) -> int:
+        """How many of the first `n` free blocks come before one that the waiting head's
+        prefix hit holds (`n` when none does).
+
+        Evicting such a block shortens the hit, and a head whose chunk is capped (by
+        `long_prefill_token_threshold` or the token budget) then needs fewer blocks: the hit's
+        free blocks each take one from the free queue, the capped chunk a fixed number. So a
+        head that does not fit may fit once one is evicted, and the run must end first.
+        """
+        kv = self.kv_cache_manager
+        if not kv.enable_caching or (self.host_pool is not None
+                                     and self.host_pool.swapped_tokens(head.request_id)):
+            return n  # no prefix lookup for this head
+        hits, _ = kv.get_computed_blocks(head)
+        free_hits = {b.block_id for b in hits if b.ref_cnt == 0}
+        if free_hits:
+            for i, block in enumerate(kv.block_pool.free_block_queue.peek_n(n)):
+                if block.block_id in free_hits:
+                    return i
+        return n
+
     def _admission_blocked(self, num_free: int) -> bool:
         """Whether the next step, decoding one token for each running request and left
         `num_free` free blocks by their allocations, would admit nothing for a reason the
         steps after it keep: `schedule`'s waiting loop, without its side effects.
 
         It stops at max_num_seqs, at an empty queue, or at a head that does not fit; then
-        the head keeps not fitting over the run: free blocks only shrink, and the evictions
-        that shrink them only shorten its prefix hit, which needs more blocks, not fewer.
-        A head the step's evictions would reach is judged on its hit before them: if it
-        does not fit then, it fits even less after.
+        the head keeps not fitting over the run: free blocks only shrink, and the run ends
+        before any of its allocations reaches a free block of the head's prefix hit (whose
+        eviction could make a capped chunk fit: `_blocks_before_a_free_hit`), so the hit the
+        head is judged on here is the one that step sees.
         """
         if self.host_pool is not None:
             return False  # a swapped head resumes from the host: leave it to schedule()

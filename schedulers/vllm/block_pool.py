@@ -55,13 +55,12 @@ class BlockPool:
         if self._more_blocks:
             more = self._more_blocks.get(block_hash)
             if more is not None:
-                if more.pop(block.block_id, None) is not None:
-                    cache[block_hash] = next(iter(more.values()))
-                    if len(more) == 1:
-                        del self._more_blocks[block_hash]
+                del more[block.block_id]
+                cache[block_hash] = next(iter(more.values()))
+                if len(more) == 1:
+                    del self._more_blocks[block_hash]
                 return
-        if cache.get(block_hash) is block:
-            del cache[block_hash]
+        del cache[block_hash]  # a hash with one block maps to it
 
     def cache_full_blocks(
         self,
@@ -79,10 +78,8 @@ class BlockPool:
             block_hash = block_hashes[i]
             blk.block_hash = block_hash
             self.cache_version += 1
-            first = cache.get(block_hash)
-            if first is None:
-                cache[block_hash] = blk
-            else:
+            first = cache.setdefault(block_hash, blk)
+            if first is not blk:
                 more = self._more_blocks.get(block_hash)
                 if more is None:
                     more = self._more_blocks[block_hash] = {first.block_id: first}

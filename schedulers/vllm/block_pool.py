@@ -41,6 +41,10 @@ class BlockPool:
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         return self.cached_block_hash_to_block.get(block_hash)
 
+    def has_shared_hashes(self) -> bool:
+        """Whether some hash is cached with more than one block."""
+        return bool(self._more_blocks)
+
     def cached_blocks(self, block_hash: BlockHash) -> list[KVCacheBlock]:
         """Every block cached under `block_hash`, earliest inserted first."""
         more = self._more_blocks.get(block_hash)

@@ -467,7 +467,8 @@ class VllmScheduler:
         # the waiting head's prefix hit (`_blocks_before_a_free_hit`).
         room = num_free
         if head is not None:
-            room = min(room, self._blocks_before_a_free_hit(head, crossings_up_to(k - 1)))
+            room = min(room, self._blocks_before_a_free_hit(
+                head, crossings_up_to(k - 1), num_free - first_crossing.count(0)))
         if crossings_up_to(k - 1) > room:
             lo, hi = 0, k - 1  # the first step j with crossings_up_to(j) > room
             while lo < hi:
@@ -487,25 +488,45 @@ class VllmScheduler:
             forward_mode="mixed",
         )
 
-    def _blocks_before_a_free_hit(self, head: VllmRequest, n: int) -> int:
+    def _blocks_before_a_free_hit(self, head: VllmRequest, n: int, most_free: int) -> int:
         """How many of the first `n` free blocks come before one that the waiting head's
-        prefix hit holds (`n` when none does).
+        prefix hit holds (`n` when none does, or when no such eviction could let the head in
+        while at most `most_free` blocks are free).
 
-        Evicting such a block shortens the hit, and a head whose chunk is capped (by
-        `long_prefill_token_threshold` or the token budget) then needs fewer blocks: the hit's
-        free blocks each take one from the free queue, the capped chunk a fixed number. So a
-        head that does not fit may fit once one is evicted, and the run must end first.
+        Evicting such a block cuts the hit there, and a head whose chunk is capped (by
+        `long_prefill_token_threshold` or the token budget) may then need fewer blocks: each
+        free block of the hit takes one from the free queue, the capped chunk a fixed number.
+        So a head that does not fit may fit once one is evicted, and the run must end first.
         """
         kv = self.kv_cache_manager
         if not kv.enable_caching or (self.host_pool is not None
                                      and self.host_pool.swapped_tokens(head.request_id)):
             return n  # no prefix lookup for this head
         hits, _ = kv.get_computed_blocks(head)
+        bs, max_model_len = self.block_size, self.max_model_len
+        cap = self.max_num_scheduled_tokens - len(self.running)  # the token budget left
+        lptt = self.config.long_prefill_token_threshold
+        if 0 < lptt < cap:
+            cap = lptt
+        num_tokens = head.num_tokens
+        least = -1  # the fewest blocks the head needs after any such eviction
+        num_free_hits = 0
+        for i, block in enumerate(hits):
+            if block.ref_cnt == 0:  # evicting it leaves the first i blocks as the hit
+                chunk = min(num_tokens - i * bs, cap)
+                need = max(cdiv(min(i * bs + chunk, max_model_len), bs) - i, 0) + num_free_hits
+                least = need if least < 0 else min(least, need)
+                num_free_hits += 1
+        if least < 0 or (least + kv.watermark_blocks > most_free
+                         and not kv.block_pool.has_shared_hashes()):
+            # No free block in the hit, or none whose eviction lets the head fit (and none
+            # whose eviction hands its hash to another block, which may be held: one fewer
+            # free block to take, the hit as long)
+            return n
         free_hits = {b.block_id for b in hits if b.ref_cnt == 0}
-        if free_hits:
-            for i, block in enumerate(kv.block_pool.free_block_queue.peek_n(n)):
-                if block.block_id in free_hits:
-                    return i
+        for i, block in enumerate(kv.block_pool.free_block_queue.peek_n(n)):
+            if block.block_id in free_hits:
+                return i
         return n
 
     def _admission_blocked(self, num_free: int) -> bool:

@@ -65,11 +65,21 @@ def _value(key: int) -> float:
     return float(np.array([u], dtype=np.uint64).view(np.float64)[0])
 
 
-def exact_ranks(chunks: Callable[[], Iterable[np.ndarray]], ranks: Iterable[int]
-                ) -> dict[int, float]:
+def exact_ranks(chunks: Callable[[], Iterable[np.ndarray]], ranks: Iterable[int],
+                num_values: int | None = None) -> dict[int, float]:
     """The value of each 0-based rank (ascending) among all values `chunks()` yields;
-    `chunks` is called once per pass and must yield the same values each time."""
+    `chunks` is called once per pass and must yield the same values each time. Given their
+    number, `num_values`, and at most `REPLAY_BUDGET_BYTES` of them, one pass gathers them
+    and a partition of their keys selects the ranks (the same values: one order)."""
     want = sorted(set(ranks))
+    if num_values is not None and num_values * 8 <= REPLAY_BUDGET_BYTES:
+        parts = [_keys(c) for c in chunks() if c.size]
+        keys = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
+        if keys.size != num_values:
+            raise ValueError(f"exact_ranks: num_values={num_values} but the stream holds "
+                             f"{keys.size}")
+        picked = np.partition(keys, want)
+        return {k: _value(int(picked[k])) for k in want}
     prefix = dict.fromkeys(want, 0)
     below = dict.fromkeys(want, 0)  # values under the current prefix's range
     for level in range(_LEVELS):
@@ -125,7 +135,7 @@ def stats_ms(prefix: str, chunks: Callable[[], Iterator[np.ndarray]],
         v = (n - 1) * (p / 100)
         lo = math.floor(v)
         positions[f"p{p}"] = (lo, min(lo + 1, n - 1), v - lo)
-    vals = exact_ranks(chunks, [r for lo, hi, _ in positions.values() for r in (lo, hi)])
+    vals = exact_ranks(chunks, [r for lo, hi, _ in positions.values() for r in (lo, hi)], n)
     out = {f"mean_{prefix}_ms": mean, f"std_{prefix}_ms": math.sqrt(sq / n)}
     lo, hi, _ = positions.pop("median")
     a, b = vals[lo] * 1000.0, vals[hi] * 1000.0

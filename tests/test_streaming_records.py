@@ -105,6 +105,23 @@ def test_exact_quantiles_equal_numpy(n: int) -> None:
     assert list(exact_ranks(lambda: [y[:2], y[2:]], range(6)).values()) == sorted(y.tolist())
 
 
+def test_exact_ranks_in_memory_picks_the_same_values_as_the_radix_passes() -> None:
+    """Given the number of values, exact_ranks partitions their keys in memory: the same
+    values, bit for bit (signed zeros and ties included), as the four radix passes."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.exponential(0.02, 3000), np.zeros(50), -np.zeros(50),
+                        np.round(rng.normal(0, 1, 900), 1)])
+    rng.shuffle(x)
+    chunks = lambda: iter(np.array_split(x, 7))  # noqa: E731
+    ranks = [*range(0, x.size, 37), x.size - 1]
+    radix = exact_ranks(chunks, ranks)
+    memory = exact_ranks(chunks, ranks, x.size)
+    assert np.array([radix[r] for r in ranks]).view(np.uint64).tolist() == \
+        np.array([memory[r] for r in ranks]).view(np.uint64).tolist()
+    with pytest.raises(ValueError, match="num_values"):
+        exact_ranks(chunks, ranks, x.size + 1)
+
+
 @pytest.mark.parametrize("budget", [0, 40, 1 << 20])
 def test_replayable_reads_the_stream_once_when_it_fits_the_budget(budget: int) -> None:
     parts = [np.arange(3.0), np.arange(2.0), np.zeros(0)]  # 24 + 16 + 0 bytes

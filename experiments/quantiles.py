@@ -73,13 +73,18 @@ def exact_ranks(chunks: Callable[[], Iterable[np.ndarray]], ranks: Iterable[int]
     and a partition of their keys selects the ranks (the same values: one order)."""
     want = sorted(set(ranks))
     if num_values is not None and num_values * 8 <= REPLAY_BUDGET_BYTES:
-        parts = [_keys(c) for c in chunks() if c.size]
-        keys = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
-        if keys.size != num_values:
-            raise ValueError(f"exact_ranks: num_values={num_values} but the stream holds "
-                             f"{keys.size}")
-        picked = np.partition(keys, want)
-        return {k: _value(int(picked[k])) for k in want}
+        keys = np.empty(num_values, dtype=np.uint64)
+        at = 0
+        for c in chunks():
+            if at + c.size > num_values:
+                raise ValueError(f"exact_ranks: num_values={num_values} but the stream "
+                                 "holds more")
+            keys[at:at + c.size] = _keys(c)
+            at += c.size
+        if at != num_values:
+            raise ValueError(f"exact_ranks: num_values={num_values} but the stream holds {at}")
+        keys.partition(want)  # in place: one array of keys beside the values
+        return {k: _value(int(keys[k])) for k in want}
     prefix = dict.fromkeys(want, 0)
     below = dict.fromkeys(want, 0)  # values under the current prefix's range
     for level in range(_LEVELS):

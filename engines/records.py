@@ -394,7 +394,7 @@ class Recorder:
         k = len(starts)
         rows = self._rows
         end_times = array("d", ends)  # each request's token times: one copy of the buffer
-        for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
+        for rid, e in zip(run.request_ids, run.seq_lens):
             row = rows[rid]
             s = e - 1  # the first step's position; the run computes s .. s + k - 1
             hi = row.high
@@ -419,7 +419,7 @@ class Recorder:
             running = [stats.num_running] * (k - 1) + [stats.num_running_after]
         self._steps.extend(k, StepRow(
             step=first, start_time=starts,
-            duration_s=[e - s for s, e in zip(starts, ends, strict=True)],
+            duration_s=[e - s for s, e in zip(starts, ends)],
             num_scheduled_reqs=b, num_tokens=b, num_prefill_tokens=0, num_decode_tokens=b,
             num_decode_reqs=b, num_preempted=0, num_aborted=0, num_finished=num_finished,
             kv_used_tokens=stats.kv_used_tokens, kv_cached_tokens=stats.kv_cached_tokens,
@@ -465,8 +465,8 @@ class Recorder:
         if not rows:
             return
         # lists, not tuples: pyarrow converts a tuple of strings a hundred times slower
-        cols = [list(c) for c in zip(*rows, strict=True)]
-        arrays = [_column_array(c, f.type) for c, f in zip(cols, REQUEST_SCHEMA, strict=True)]
+        cols = [list(c) for c in zip(*rows)]
+        arrays = [_column_array(c, f.type) for c, f in zip(cols, REQUEST_SCHEMA)]
         self._req_sink.write(pa.RecordBatch.from_arrays(arrays, schema=REQUEST_SCHEMA))
 
     def _flush_steps(self) -> None:

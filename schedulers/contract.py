@@ -173,6 +173,11 @@ class DecodeRun:
     max_steps: int
     forward_mode: str
 
+    def __post_init__(self) -> None:
+        if len(self.seq_lens) != len(self.request_ids):
+            raise ValueError(f"decode run: {len(self.seq_lens)} seq_lens for "
+                             f"{len(self.request_ids)} requests")
+
     def num_steps(self, tokens: list[list[int]]) -> int:
         """The steps that `tokens` (one list per request) commit; at least 1, at most
         `max_steps`."""

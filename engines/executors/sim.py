@@ -161,7 +161,7 @@ class SimExecutor:
         `eos_token_id`)."""
         k = run.max_steps
         regs = self._requests
-        for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
+        for rid, e in zip(run.request_ids, run.seq_lens):
             reg = regs[rid]
             eos = reg.eos_token_id
             if eos is None:
@@ -182,7 +182,7 @@ class SimExecutor:
         `decode_run_limit`: only the last may be a stop token), as `execute` samples them."""
         regs = self._requests
         out: list[list[int]] = []
-        for rid, e in zip(run.request_ids, run.seq_lens, strict=True):
+        for rid, e in zip(run.request_ids, run.seq_lens):
             reg = regs[rid]
             toks = rule_tokens(reg.index, e, num_steps)
             if (reg.eos_token_id is not None

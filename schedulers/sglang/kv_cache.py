@@ -188,7 +188,7 @@ class KVCache:
         swapped = [self.swapped_tokens(r) if r.req_pool_idx is None else 0 for r in reqs] \
             if self.host_pool is not None else [0] * len(reqs)
         prefix_pages: list[list[int] | None] = []
-        for r, sw in zip(reqs, swapped, strict=True):
+        for r, sw in zip(reqs, swapped):
             if r.req_pool_idx is not None:
                 prefix_pages.append(None)
             elif r.prefix_len == 0 or sw:
@@ -210,7 +210,7 @@ class KVCache:
                 r.req_pool_idx = next(it)
         extend_num_tokens = 0
         new_pages_per_req: list[int] = []
-        for r, sw in zip(reqs, swapped, strict=True):
+        for r, sw in zip(reqs, swapped):
             assert r.extend_end is not None
             base = 0 if sw else r.prefix_len
             extend_num_tokens += r.extend_end - base
@@ -260,7 +260,7 @@ class KVCache:
             slots = self.allocator.alloc(bs)
             if slots is None:
                 raise RuntimeError(f"Decode out of memory: need {bs} tokens")
-            for r, s in zip(reqs, slots, strict=True):
+            for r, s in zip(reqs, slots):
                 req_to_token[r.req_pool_idx].append(s)  # type: ignore[index]
                 r.kv_allocated_len += 1
                 r.kv_committed_len += 1
@@ -270,7 +270,7 @@ class KVCache:
         pages = self.allocator.alloc(len(needing))
         if pages is None:
             raise RuntimeError(f"Decode out of memory: need {len(needing)} pages")
-        for r, p in zip(needing, pages, strict=True):
+        for r, p in zip(needing, pages):
             req_to_token[r.req_pool_idx].append(p)  # type: ignore[index]
         for r in reqs:
             r.kv_allocated_len += 1

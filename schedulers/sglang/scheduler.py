@@ -534,7 +534,7 @@ class SglangScheduler:
                 evictable = tree.evictable_size()
                 used.append(capacity - self.allocator.available_size() - evictable)
                 cached.append(evictable)
-        for r, toks in zip(reqs, tokens, strict=True):
+        for r, toks in zip(reqs, tokens):
             r.output_ids.extend(toks)
         self._step += num_steps
         num_running = self.req_to_token_pool.num_used_rows()

@@ -587,7 +587,7 @@ class VllmScheduler:
         was_cached = [b.block_hash is not None for b in queue.peek_n(len(allocs))]
         new_blocks = pool.get_new_blocks(len(allocs))
         req_to_blocks, req_to_block_ids = kv.req_to_blocks, kv.req_to_block_ids
-        for (_, i), blk in zip(allocs, new_blocks, strict=True):
+        for (_, i), blk in zip(allocs, new_blocks):
             rid = running[i].request_id
             req_to_blocks[rid].append(blk)
             req_to_block_ids[rid].append(blk.block_id)
@@ -613,7 +613,7 @@ class VllmScheduler:
         # The last step may finish requests (a stop token or a length cap), as
         # update_from_output would.
         finished: list[tuple[str, str]] = []
-        for r, toks in zip(running, tokens, strict=True):
+        for r, toks in zip(running, tokens):
             self._finish_if_stopped(r, toks[-1], finished)
         num_running = len(running)
         if finished:

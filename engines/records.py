@@ -465,8 +465,8 @@ class Recorder:
         if not rows:
             return
         # lists, not tuples: pyarrow converts a tuple of strings a hundred times slower
-        cols = [list(c) for c in zip(*rows)]
-        arrays = [_column_array(c, f.type) for c, f in zip(cols, REQUEST_SCHEMA)]
+        cols = [list(c) for c in zip(*rows, strict=True)]
+        arrays = [_column_array(c, f.type) for c, f in zip(cols, REQUEST_SCHEMA, strict=True)]
         self._req_sink.write(pa.RecordBatch.from_arrays(arrays, schema=REQUEST_SCHEMA))
 
     def _flush_steps(self) -> None:

@@ -52,7 +52,7 @@ class StepColumns:
                            for i in self._step_idx]
         # (field index, bound append of its column): one step row costs one call per field
         self._step_appends: list[tuple[int, Callable[[Any], None]]] = [
-            (i, col.append) for i, col in zip(self._step_idx, self._step_cols)]
+            (i, col.append) for i, col in zip(self._step_idx, self._step_cols, strict=True)]
         self._seg_of = itemgetter(*self._seg_idx) if len(self._seg_idx) > 1 else \
             (lambda row: tuple(row[i] for i in self._seg_idx))
         # the per-segment fields of each segment (object: bad input is caught in `table`)
@@ -96,7 +96,7 @@ class StepColumns:
         if self._index >= 0:
             arrays[self._index] = pa.array(
                 np.arange(self._first_index, self._first_index + self._num_rows, dtype=np.int64))
-        for i, col in zip(self._step_idx, self._step_cols):
+        for i, col in zip(self._step_idx, self._step_cols, strict=True):
             dtype = np.float64 if col.typecode == "d" else np.int64
             arrays[i] = pa.array(np.frombuffer(col, dtype=dtype), self.schema.field(i).type)
         lengths = np.frombuffer(self._lengths, dtype=np.int64)

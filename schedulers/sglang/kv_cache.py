@@ -188,7 +188,7 @@ class KVCache:
         swapped = [self.swapped_tokens(r) if r.req_pool_idx is None else 0 for r in reqs] \
             if self.host_pool is not None else [0] * len(reqs)
         prefix_pages: list[list[int] | None] = []
-        for r, sw in zip(reqs, swapped):
+        for r, sw in zip(reqs, swapped, strict=True):
             if r.req_pool_idx is not None:
                 prefix_pages.append(None)
             elif r.prefix_len == 0 or sw:
@@ -210,7 +210,7 @@ class KVCache:
                 r.req_pool_idx = next(it)
         extend_num_tokens = 0
         new_pages_per_req: list[int] = []
-        for r, sw in zip(reqs, swapped):
+        for r, sw in zip(reqs, swapped, strict=True):
             assert r.extend_end is not None
             base = 0 if sw else r.prefix_len
             extend_num_tokens += r.extend_end - base

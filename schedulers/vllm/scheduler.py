@@ -39,6 +39,14 @@ FINISH_REASONS = {
 }
 
 
+def admitted_chunk(num_new_tokens: int, lptt: int, token_budget: int) -> int:
+    """mirrors scheduler.py: Scheduler.schedule (waiting loop): the tokens a request admitted
+    this step gets, capped by `long_prefill_token_threshold` when set, then by the budget."""
+    if 0 < lptt < num_new_tokens:
+        num_new_tokens = lptt
+    return min(num_new_tokens, token_budget)
+
+
 class VllmScheduler:
     """Implements the `schedulers.contract.Scheduler` protocol with vLLM v1's decisions.
 
@@ -227,10 +235,8 @@ class VllmScheduler:
                 else:
                     new_computed_blocks, num_computed_tokens = kv.get_computed_blocks(request)
                 # num_tokens, not num_prompt_tokens: a resumed request recomputes its outputs
-                num_new_tokens = request.num_tokens - num_computed_tokens - swapped
-                if 0 < lptt < num_new_tokens:
-                    num_new_tokens = lptt
-                num_new_tokens = min(num_new_tokens, token_budget)
+                num_new_tokens = admitted_chunk(
+                    request.num_tokens - num_computed_tokens - swapped, lptt, token_budget)
                 new_blocks = kv.allocate_slots(
                     request,
                     num_new_tokens,
@@ -454,9 +460,10 @@ class VllmScheduler:
         first_crossing = [len(req_to_blocks[r.request_id]) * bs - r.num_computed_tokens
                           for r in running]
         num_free = self.kv_cache_manager.block_pool.free_block_queue.num_free_blocks
+        free_after_first = num_free - first_crossing.count(0)  # the most any step sees
         # The last step finished, preempted or admitted something: the run's first step must
         # be one whose admission stops for a reason the next steps keep.
-        if not self._steady and not self._admission_blocked(num_free - first_crossing.count(0)):
+        if not self._steady and not self._admission_blocked(free_after_first):
             return None
 
         def crossings_up_to(j: int) -> int:
@@ -465,11 +472,11 @@ class VllmScheduler:
         # The allocations come from the free queue's head; the run ends before the step whose
         # allocations would exceed the free blocks (a preemption) or reach a free block of
         # the waiting head's prefix hit (`_blocks_before_a_free_hit`).
+        allocated = crossings_up_to(k - 1)
         room = num_free
         if head is not None:
-            room = min(room, self._blocks_before_a_free_hit(
-                head, crossings_up_to(k - 1), num_free - first_crossing.count(0)))
-        if crossings_up_to(k - 1) > room:
+            room = min(room, self._blocks_before_a_free_hit(head, allocated, free_after_first))
+        if allocated > room:
             lo, hi = 0, k - 1  # the first step j with crossings_up_to(j) > room
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -504,26 +511,23 @@ class VllmScheduler:
             return n  # no prefix lookup for this head
         hits, _ = kv.get_computed_blocks(head)
         bs, max_model_len = self.block_size, self.max_model_len
-        cap = self.max_num_scheduled_tokens - len(self.running)  # the token budget left
-        lptt = self.config.long_prefill_token_threshold
-        if 0 < lptt < cap:
-            cap = lptt
+        budget = self.max_num_scheduled_tokens - len(self.running)
+        lptt = self.config.long_prefill_token_threshold  # running and waiting: 2 or more
         num_tokens = head.num_tokens
         least = -1  # the fewest blocks the head needs after any such eviction
-        num_free_hits = 0
+        free_hits: set[int] = set()
         for i, block in enumerate(hits):
             if block.ref_cnt == 0:  # evicting it leaves the first i blocks as the hit
-                chunk = min(num_tokens - i * bs, cap)
-                need = max(cdiv(min(i * bs + chunk, max_model_len), bs) - i, 0) + num_free_hits
+                chunk = admitted_chunk(num_tokens - i * bs, lptt, budget)
+                need = max(cdiv(min(i * bs + chunk, max_model_len), bs) - i, 0) + len(free_hits)
                 least = need if least < 0 else min(least, need)
-                num_free_hits += 1
+                free_hits.add(block.block_id)
         if least < 0 or (least + kv.watermark_blocks > most_free
                          and not kv.block_pool.has_shared_hashes()):
             # No free block in the hit, or none whose eviction lets the head fit (and none
             # whose eviction hands its hash to another block, which may be held: one fewer
             # free block to take, the hit as long)
             return n
-        free_hits = {b.block_id for b in hits if b.ref_cnt == 0}
         for i, block in enumerate(kv.block_pool.free_block_queue.peek_n(n)):
             if block.block_id in free_hits:
                 return i
@@ -551,11 +555,8 @@ class VllmScheduler:
         kv = self.kv_cache_manager
         head = waiting.peek_request()
         new_computed_blocks, num_computed_tokens = kv.get_computed_blocks(head)
-        num_new_tokens = head.num_tokens - num_computed_tokens
-        lptt = self.config.long_prefill_token_threshold  # running and waiting: 2 or more
-        if 0 < lptt < num_new_tokens:
-            num_new_tokens = lptt
-        num_new_tokens = min(num_new_tokens, token_budget)
+        num_new_tokens = admitted_chunk(head.num_tokens - num_computed_tokens,
+                                        self.config.long_prefill_token_threshold, token_budget)
         return not kv.fits(head, num_new_tokens, num_computed_tokens, new_computed_blocks,
                            self.config.scheduler_reserve_full_isl, True, num_free)
 

@@ -55,7 +55,7 @@ model: $(BIN)/.model-installed
 
 # The replay's hot modules (both schedulers, the engine, the recorder, the sim executor)
 # compiled by mypyc into build/compiled/ (about a minute); a process started with
-# SCHEDBENCH_CORE=compiled runs them instead of the sources (experiments/compiled_core.py).
+# SCHEDBENCH_CORE=compiled runs them instead of the sources (engines/compiled_core.py).
 compiled: $(BIN)/.installed
 	$(BIN)/python scripts/build_compiled.py
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kernels import PagedAttentionMetadata
+from kernels.metadata import PagedAttentionMetadata
 
 FA2_PAGE_MULTIPLE = 256
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import PagedAttentionMetadata
+from kernels.metadata import PagedAttentionMetadata
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from kernels import PagedAttentionMetadata
+from kernels.metadata import PagedAttentionMetadata
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)

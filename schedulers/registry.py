@@ -1,11 +1,11 @@
 """The schedulers the project knows, one entry each (DESIGN.md, "Adding a scheduler").
 
 Everything that names schedulers reads this registry: building one from a config
-(experiments/build.py), the config schemas (experiments/config.py), the per-step invariant
-check (experiments/run.py), the conformance replay (experiments/conformance.py), the bench
-scripts, the presets' "all schedulers" sweeps (the `${schedulers:}` resolver) and the test
-parametrizations. An entry's capabilities are checked once, when it is registered, against
-the protocols of `schedulers.contract`.
+(experiments/run/build.py), the config schemas (experiments/run/config.py), the per-step
+invariant check (experiments/run/main.py), the conformance replay
+(experiments/conformance/replay.py), the bench scripts, the presets' "all schedulers" sweeps
+(the `${schedulers:}` resolver) and the test parametrizations. An entry's capabilities are
+checked once, when it is registered, against the protocols of `schedulers.contract`.
 
     entry = get("vllm")                   # ValueError naming the valid names when unknown
     config = entry.config(kv_capacity_tokens, **fields)
@@ -39,7 +39,7 @@ _SCHEDULER_METHODS = ("add_request", "schedule", "update_from_output", "abort",
 @dataclass(frozen=True, slots=True)
 class ConformanceRules:
     """Where the upstream oracle's loop differs per scheduler (docs/CONFORMANCE.md), so that
-    the conformance replay (experiments/conformance.py) reproduces it.
+    the conformance replay (experiments/conformance/replay.py) reproduces it.
 
     `sort_arrivals`: requests arrive sorted by (arrival_step, request number);
     `flush_finished`: one more (empty) step follows a step that finished requests;

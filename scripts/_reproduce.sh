@@ -17,7 +17,7 @@ out=results/$name
 runs=$out/runs
 export CI=${CI:-true}  # no progress bars in the workers
 "$py" - <<'PY'
-from experiments.workloads.replay import trace_path
+from experiments.inputs.workloads.replay import trace_path
 for f in ("azure2023/AzureLLMInferenceTrace_conv.csv", "azure2023/AzureLLMInferenceTrace_code.csv",
           "mooncake/synthetic_trace.jsonl"):
     trace_path(None, f)  # fails with the folder to fix when a trace is missing

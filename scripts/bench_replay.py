@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import experiments  # noqa: E402, F401  (first: SCHEDBENCH_CORE=compiled installs its finder)
-from experiments.record_source import table_digest  # noqa: E402
+from experiments.results.record_source import table_digest  # noqa: E402
 from schedulers import registry  # noqa: E402
 
 DEFAULT_TRACE_DIR = ROOT.parent / "shared" / "data" / "traces"
@@ -82,7 +82,7 @@ def compose(scheduler: str, trace: str, max_requests: int | None,
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from experiments.config import register_configs
+    from experiments.run.config import register_configs
 
     register_configs()
     os.environ.setdefault("SCHEDBENCH_TRACE_DIR", str(DEFAULT_TRACE_DIR))
@@ -106,8 +106,8 @@ def compose(scheduler: str, trace: str, max_requests: int | None,
 def _replay_memory(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:
     """Today's in-memory path: the whole workload as a list, tables built at the end."""
     from engines.engine import Engine
-    from experiments.build import as_dict
-    from experiments.workloads import build_workload
+    from experiments.inputs.workloads import build_workload
+    from experiments.run.build import as_dict
 
     requests = build_workload(as_dict(cfg.workload), int(cfg.seed))
     w0, c0 = time.perf_counter(), time.process_time()
@@ -131,9 +131,9 @@ def _replay_spool(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:
 
     from engines.engine import Engine
     from engines.records import Recorder
-    from experiments.build import as_dict
-    from experiments.metrics import compute_metrics_from_files
-    from experiments.workloads import stream_workload
+    from experiments.inputs.workloads import stream_workload
+    from experiments.results.metrics import compute_metrics_from_files
+    from experiments.run.build import as_dict
 
     stream = stream_workload(as_dict(cfg.workload), int(cfg.seed))
     with tempfile.TemporaryDirectory(prefix="bench_replay.") as d:
@@ -160,7 +160,7 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
     `records`: "spool" (as experiments.run: lazy requests, parquet spool, metrics from the
     files; digest of the files) or "memory" (the whole list, in-memory tables; digest of the
     tables, comparable across versions)."""
-    from experiments.build import (
+    from experiments.run.build import (
         build_executor,
         build_hardware,
         build_model,

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.conformance import fake_token  # noqa: E402
+from experiments.conformance.replay import fake_token  # noqa: E402
 from schedulers.contract import Request, StepResult  # noqa: E402
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig  # noqa: E402
 

@@ -198,7 +198,7 @@ def record_digest(job_dir: Path) -> str:
     """sha256 over requests.parquet and steps.parquet read back (Arrow IPC stream bytes)."""
     import pyarrow.parquet as pq
 
-    from experiments.record_source import table_digest
+    from experiments.results.record_source import table_digest
 
     return table_digest(*(pq.read_table(job_dir / name)
                           for name in ("requests.parquet", "steps.parquet")))

@@ -1,7 +1,7 @@
 """Build the compiled core (`make compiled`): mypyc compiles the modules that
-`experiments.compiled_core.COMPILED_MODULES` lists into build/compiled/, with a manifest of
+`engines.compiled_core.COMPILED_MODULES` lists into build/compiled/, with a manifest of
 the sources it compiled. A process started with `SCHEDBENCH_CORE=compiled` then imports them
-from there (see experiments/compiled_core.py).
+from there (see engines/compiled_core.py).
 
     python scripts/build_compiled.py [--jobs N]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.compiled_core import (  # noqa: E402
+from engines.compiled_core import (  # noqa: E402
     BUILD_DIR,
     COMPILED_MODULES,
     MANIFEST,

@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from experiments.figures import _save, scheduler_color, shade, style
-from experiments.report import markdown
-from experiments.sinks import write_text
+from experiments.report.figures import _save, scheduler_color, shade, style
+from experiments.report.tables import markdown
+from experiments.results.sinks import write_text
 from schedulers import registry
 
 POLICIES: tuple[str, ...] = ("default", "latest_arrival", "fewest_outputs", "least_progress",

@@ -204,7 +204,7 @@ def validation_run(executor: RealExecutor, num_requests: int, seed: int,
                    vocab: int) -> list[tuple[StepShape, float]]:
     """A real run's steps (vLLM, chunked prefill of 256 tokens, synthetic workload)."""
     from engines.engine import Engine
-    from experiments.workloads import build_workload
+    from experiments.inputs.workloads import build_workload
     from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 
     requests = build_workload({

@@ -119,7 +119,7 @@ def compose(overrides: list[str]) -> Any:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from experiments.config import register_configs
+    from experiments.run.config import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -129,8 +129,8 @@ def compose(overrides: list[str]) -> Any:
 
 def run(overrides: list[str], out: Path, record: bool = False
         ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One job through `experiments.run.run_experiment` into `out`."""
-    from experiments.run import run_experiment
+    """One job through `experiments.run.main.run_experiment` into `out`."""
+    from experiments.run.main import run_experiment
 
     recorders: list[ShapeRecorder] = []
 

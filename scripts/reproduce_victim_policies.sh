@@ -16,7 +16,7 @@ out=results/victim_policies
 columns=num_preemptions,preempted_request_share,recomputed_token_share,p99_e2el_victim_ms,p99_e2el_nonvictim_ms,p99_e2el_ms,request_goodput,slo_attainment,num_swap_out,num_swap_fallbacks,swap_time_share
 export CI=${CI:-true}  # no progress bars in the workers
 "$py" - <<'PY'
-from experiments.workloads.replay import trace_path
+from experiments.inputs.workloads.replay import trace_path
 for f in ("azure2023/AzureLLMInferenceTrace_code.csv", "mooncake/synthetic_trace.jsonl"):
     trace_path(None, f)  # fails with the folder to fix when a trace is missing
 PY

@@ -13,8 +13,8 @@ import experiments  # noqa: F401  (applies SCHEDBENCH_CORE before the engine is 
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
-from experiments.record_source import table_digest
-from experiments.workloads import LengthDist, SyntheticWorkload, generate_synthetic
+from experiments.inputs.workloads import LengthDist, SyntheticWorkload, generate_synthetic
+from experiments.results.record_source import table_digest
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 

@@ -206,7 +206,7 @@ class FcfsScheduler:
 
 
 def make_scheduler(kv_capacity_tokens: int, **fields: object) -> FcfsScheduler:
-    """Factory for `scheduler.target` in Hydra configs (see experiments/build.py)."""
+    """Factory for `scheduler.target` in Hydra configs (see experiments/run/build.py)."""
     return FcfsScheduler(kv_capacity_tokens, **fields)  # type: ignore[arg-type]
 
 

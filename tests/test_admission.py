@@ -17,7 +17,7 @@ from test_run import TINY, run
 from engines.admission import AdmissionLimits, FrontDoor
 from engines.engine import Engine
 from engines.records import REQUEST_SCHEMA
-from experiments.metrics import compute_metrics
+from experiments.results.metrics import compute_metrics
 from schedulers.contract import StepEvents, StepPlan
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 

@@ -1,4 +1,4 @@
-"""experiments.analysis (the README's worked example runs here) and comparing two sweeps."""
+"""experiments.report.analysis (the README's worked example runs here) and comparing two sweeps."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.analysis import load
-from experiments.compare import match_jobs
-from experiments.report import load_sweep, main
+from experiments.report.analysis import load
+from experiments.report.compare import match_jobs
+from experiments.report.tables import load_sweep, main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=16", "workload.request_rate=200", "kv_capacity_tokens=4096",

@@ -1,5 +1,5 @@
-"""experiments/arrow_pandas.py: a run builds and reads Arrow arrays without importing pandas,
-and pandas still works afterwards where it is needed (W&B tables use `Table.to_pandas`)."""
+"""experiments/results/arrow_pandas.py: a run builds and reads Arrow arrays without importing
+pandas, and pandas still works afterwards where it is needed (W&B tables use `Table.to_pandas`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 SCRIPT = """
 import sys
-from experiments.arrow_pandas import defer_pandas_import
+from experiments.results.arrow_pandas import defer_pandas_import
 defer_pandas_import()
 import numpy as np, pyarrow as pa, pyarrow.compute as pc
 a = pa.array([1.5, 2.5])

@@ -1,4 +1,4 @@
-"""The compiled core (experiments/compiled_core.py, `make compiled`): refused when it cannot
+"""The compiled core (engines/compiled_core.py, `make compiled`): refused when it cannot
 be trusted; when built, the same records as the Python sources and the real schedulers'
 decisions on every recorded conformance case."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.compiled_core import (
+from engines.compiled_core import (
     BUILD_DIR,
     COMPILED_MODULES,
     MANIFEST,
@@ -47,11 +47,24 @@ def test_every_compiled_module_has_a_source() -> None:
     assert len(set(COMPILED_MODULES)) == len(COMPILED_MODULES)
 
 
-def test_an_unknown_core_is_refused_by_name() -> None:
-    proc = _run(["-c", "import experiments"], "fast")
+@pytest.mark.parametrize("command", ["experiments.run", "experiments.report",
+                                     "experiments.conformance"])
+def test_an_unknown_core_is_refused_by_name(command: str) -> None:
+    proc = _run(["-m", command, "--help"], "fast")
     assert proc.returncode == 2
-    assert "SCHEDBENCH_CORE='fast'" in proc.stderr and "python, compiled" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: SCHEDBENCH_CORE='fast'")
+    assert "python, compiled" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_importing_the_package_never_exits_and_a_refused_core_is_never_replaced() -> None:
+    # importing `experiments` only records the refusal; the compiled modules then refuse
+    # to load rather than fall back to the sources
+    code = ("import experiments\n"
+            "try:\n    import engines.engine\nexcept Exception as e:\n"
+            "    print(type(e).__name__, e)\nelse:\n    print('imported')")
+    proc = _run(["-c", code], "fast")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("CompiledCoreError SCHEDBENCH_CORE='fast'")
 
 
 def test_a_missing_build_is_refused(tmp_path: Path) -> None:

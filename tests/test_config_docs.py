@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config import SCHEDULER_SCHEMAS, WandbConfig
-from experiments.config_docs import DOC_PATH, generate
+from experiments.run.config import SCHEDULER_SCHEMAS, WandbConfig
+from experiments.run.config_docs import DOC_PATH, generate
 from schedulers import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_config_reference_is_up_to_date_and_complete(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", "/somewhere/else")  # not this machine's values
     text = generate()
-    assert DOC_PATH.read_text() == text, "run: python -m experiments.config_docs"
+    assert DOC_PATH.read_text() == text, "run: python -m experiments.run.config_docs"
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert rows and all(not line.rstrip().endswith("|  |") for line in rows), [
         line for line in rows if line.rstrip().endswith("|  |")]

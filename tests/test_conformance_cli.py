@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.conformance import main
+from experiments.conformance.replay import main
 
 CASES = Path(__file__).parent / "conformance"
 

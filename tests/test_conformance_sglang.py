@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from experiments.conformance import compare_logs, load_workload, replay
+from experiments.conformance.replay import compare_logs, load_workload, replay
 
 CASES_DIR = Path(__file__).parent / "conformance" / "sglang"
 CASES = sorted(p.name[: -len(".workload.jsonl")] for p in CASES_DIR.glob("*.workload.jsonl"))

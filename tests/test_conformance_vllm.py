@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.conformance import compare_logs, load_workload, read_steps, replay
+from experiments.conformance.replay import compare_logs, load_workload, read_steps, replay
 
 CASE_DIR = Path(__file__).parent / "conformance" / "vllm"
 CASES = sorted(p.name.removesuffix(".workload.jsonl.gz")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engines.cost_model import PROFILE_FORMAT, FittedCostModel, StepShape, features, mape
-from experiments.build import build_cost_model, build_executor, cost_model_summary
+from experiments.run.build import build_cost_model, build_executor, cost_model_summary
 
 TRUE = (2e-3, 1.5e-5, 3e-9, 2e-7, 4e-5)
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_committed_profile_loads_and_sim_uses_it() -> None:
     rel = str(profiles[0].relative_to(ROOT))
     from omegaconf import OmegaConf
 
-    from experiments.build import build_hardware, build_model
+    from experiments.run.build import build_hardware, build_model
 
     def load(name: str) -> dict[str, object]:
         d = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / name))

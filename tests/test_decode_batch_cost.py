@@ -10,7 +10,7 @@ import pytest
 
 from engines.cost_model import PROFILE_FORMAT, FittedCostModel
 from engines.decode_batch_cost import DecodeBatchCostModel
-from experiments.build import build_cost_model, cost_model_summary
+from experiments.run.build import build_cost_model, cost_model_summary
 
 # Linear truth: 50 ms per step + 4 ms per token + 1 us per context token read.
 BASE = (0.05, 0.004, 0.0, 1e-6, 0.0)

@@ -16,8 +16,8 @@ from fcfs_double import FcfsScheduler
 from engines.engine import DeadlockError, Engine, StepLimitError
 from engines.executors.sim import SimExecutor
 from engines.records import REQUEST_SCHEMA, STEP_SCHEMA
-from experiments.sinks import write_table
-from experiments.workloads import LengthDist, SyntheticWorkload, generate_synthetic
+from experiments.inputs.workloads import LengthDist, SyntheticWorkload, generate_synthetic
+from experiments.results.sinks import write_table
 from schedulers.contract import (
     Request,
     ScheduledChunk,

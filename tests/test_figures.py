@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from experiments.figures import (
+from experiments.report.figures import (
     SCHEDULER_COLORS,
     JobSeries,
     Metric,
@@ -22,7 +22,7 @@ from experiments.figures import (
     shades,
     victims_vs_others,
 )
-from experiments.timeseries import bin_steps
+from experiments.results.timeseries import bin_steps
 
 
 def steps_table(start: list[float], dur: list[float], kv: list[int],

@@ -20,21 +20,21 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from engines.model.tiny import save_tiny_checkpoint
-from experiments import figures
-from experiments.build import build_scheduler
-from experiments.config import register_configs
-from experiments.metrics import rejection_kind
-from experiments.provenance import git_state
-from experiments.report import (
+from experiments.inputs.workloads import stream_workload
+from experiments.report import figures
+from experiments.report.tables import (
     comparison_frame,
     completion_warnings,
     load_sweep,
     terminal_summary,
     write_report,
 )
-from experiments.run import format_summary, run_experiment
-from experiments.wandb_log import offline_runs, read_offline_run
-from experiments.workloads import stream_workload
+from experiments.results.metrics import rejection_kind
+from experiments.run.build import build_scheduler
+from experiments.run.config import register_configs
+from experiments.run.main import format_summary, run_experiment
+from experiments.run.provenance import git_state
+from experiments.run.wandb_log import offline_runs, read_offline_run
 from schedulers import registry
 from schedulers.contract import Request
 
@@ -167,7 +167,7 @@ def test_dropped_requests_are_logged_and_recorded(tmp_path: Path,
     cfg = {"name": "azure", "trace_dir": str(traces),
            "file": "azure2023/AzureLLMInferenceTrace_code.csv", "max_requests": 7,
            "max_input_len": 500}
-    with caplog.at_level(logging.INFO, logger="experiments.workloads.transforms"):
+    with caplog.at_level(logging.INFO, logger="experiments.inputs.workloads.transforms"):
         stream = stream_workload(cfg, 0)
     assert len(stream) == 4 and stream.dropped == {"max_requests": 1, "max_input_len": 3}
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]

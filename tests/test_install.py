@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-import experiments.run as run
+import experiments.run.main as run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_console_scripts_name_the_python_m_entry_points() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"schedbench-run": "experiments.run:cli",
-                       "schedbench-report": "experiments.report:main",
-                       "schedbench-conformance": "experiments.conformance:main"}
+    assert scripts == {"schedbench-run": "experiments.cli:run",
+                       "schedbench-report": "experiments.cli:report",
+                       "schedbench-conformance": "experiments.cli:conformance"}
     for target in scripts.values():
         module, _, func = target.partition(":")
         assert callable(getattr(importlib.import_module(module), func))

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from experiments import run as run_mod
-from experiments.report import load_sweep, write_report
-from experiments.run import complete_result
-from experiments.sinks import temp_path
+from experiments.report.tables import load_sweep, write_report
+from experiments.results.sinks import temp_path
+from experiments.run import main as run_mod
+from experiments.run.main import complete_result
 
 FILES = ("requests.parquet", "steps.parquet", "summary.json")
 

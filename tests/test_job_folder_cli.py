@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from experiments.job_folder import FolderBusyError, JobLock, remove_stale_spools, verify_folder
+from experiments.results.job_folder import (
+    FolderBusyError,
+    JobLock,
+    remove_stale_spools,
+    verify_folder,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=12", "workload.request_rate=200", "kv_capacity_tokens=4096",

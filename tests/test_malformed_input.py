@@ -11,12 +11,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from experiments.config import explain_override_error, register_configs
-from experiments.input_changes import ContextCapCounter
-from experiments.run import CONF_DIR, validate_run_config
-from experiments.traces import TraceError, read_trace
-from experiments.workloads import stream_workload
-from experiments.workloads.arrivals import check_rate
+from experiments.inputs.input_changes import ContextCapCounter
+from experiments.inputs.traces import TraceError, read_trace
+from experiments.inputs.workloads import stream_workload
+from experiments.inputs.workloads.arrivals import check_rate
+from experiments.run.config import explain_override_error, register_configs
+from experiments.run.main import CONF_DIR, validate_run_config
 from schedulers.contract import Request
 from schedulers.vllm import VllmSchedulerConfig
 

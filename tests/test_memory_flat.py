@@ -23,8 +23,8 @@ from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from engines.records import Recorder
-from experiments.metrics import compute_metrics, compute_metrics_from_files
-from experiments.workloads import build_workload, stream_workload
+from experiments.results.metrics import compute_metrics, compute_metrics_from_files
+from experiments.inputs.workloads import build_workload, stream_workload
 from schedulers.vllm.scheduler import VllmScheduler, VllmSchedulerConfig
 
 n, mode = int(sys.argv[1]), sys.argv[2]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from engines.records import REQUEST_SCHEMA, STEP_SCHEMA
-from experiments.metrics import compute_metrics, itl_seconds, step_series
+from experiments.results.metrics import compute_metrics, itl_seconds, step_series
 
 NAN = math.nan
 

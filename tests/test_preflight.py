@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engines.model.tiny import save_tiny_checkpoint
-from experiments.preflight import ConfigError, check_real_executor, explain_scheduler_keys
+from experiments.run.preflight import ConfigError, check_real_executor, explain_scheduler_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")

@@ -9,8 +9,8 @@ import pytest
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
-from experiments.progress import ProgressRecorder, progress_enabled
-from experiments.workloads import build_workload
+from experiments.inputs.workloads import build_workload
+from experiments.run.progress import ProgressRecorder, progress_enabled
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 
 

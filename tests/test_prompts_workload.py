@@ -1,4 +1,4 @@
-"""The real-prompt workload (experiments/workloads/prompts.py) and decoded outputs: prompts
+"""The real-prompt workload (experiments/inputs/workloads/prompts.py) and decoded outputs: prompts
 templated over topics and asks, tokenized with a checkpoint's chat template; a real run writes
 each request's output text beside its token ids. Uses a tiny word-level tokenizer (no model
 download); the SmolLM2 runs are in test_real_model_parity.py."""
@@ -17,8 +17,8 @@ import pytest
 
 from engines.model.text import chat_prompt_ids, decode, load_tokenizer
 from engines.model.tiny import save_tiny_checkpoint
-from experiments.workloads import build_workload
-from experiments.workloads.prompts import (
+from experiments.inputs.workloads import build_workload
+from experiments.inputs.workloads.prompts import (
     ASKS,
     COUNTRIES,
     TOPICS,

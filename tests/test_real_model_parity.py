@@ -21,7 +21,7 @@ import torch
 from engines.executors.real import RealExecutor
 from engines.model import PagedDecoder
 from engines.model.text import decode, load_tokenizer
-from experiments.workloads.prompts import PromptsWorkload, prompts_stream
+from experiments.inputs.workloads.prompts import PromptsWorkload, prompts_stream
 from schedulers.contract import Request, Scheduler, StepResult
 from tests.real_model import CHECKPOINT, requires_real_model
 

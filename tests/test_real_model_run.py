@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from experiments.config import register_configs
-from experiments.preflight import ConfigError, check_real_executor, resolve_model_path
+from experiments.run.config import register_configs
+from experiments.run.preflight import ConfigError, check_real_executor, resolve_model_path
 from tests.real_model import ROOT, real_model_test
 
 

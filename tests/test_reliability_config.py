@@ -9,8 +9,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from experiments.config import register_configs
-from experiments.run import run_experiment
+from experiments.run.config import register_configs
+from experiments.run.main import run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=5", "progress=off"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
-from experiments.metrics import compute_metrics
+from experiments.results.metrics import compute_metrics
 from schedulers import registry
 from schedulers.contract import Request, Scheduler
 from schedulers.victim_policy import VICTIM_POLICIES

@@ -15,10 +15,10 @@ from omegaconf import DictConfig
 
 from engines.engine import Engine, InvariantViolation
 from engines.records import Recorder
-from experiments.build import build_executor, build_hardware, build_model, build_scheduler
-from experiments.config import register_configs
-from experiments.run import invariant_check, run_experiment
-from experiments.workloads import build_workload
+from experiments.inputs.workloads import build_workload
+from experiments.run.build import build_executor, build_hardware, build_model, build_scheduler
+from experiments.run.config import register_configs
+from experiments.run.main import invariant_check, run_experiment
 from schedulers import registry
 from schedulers.contract import Scheduler
 

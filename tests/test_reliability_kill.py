@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from experiments import sinks
-from experiments.run import complete_result
+from experiments.results import sinks
+from experiments.run.main import complete_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TMP_NAME = re.compile(r"^\.(requests\.parquet|steps\.parquet|summary\.json)\.\d+\.[0-9a-f]+\.tmp$")
@@ -27,7 +27,7 @@ ROWS = 1_000_000
 WRITER = f"""
 import sys
 import pyarrow as pa
-from experiments.sinks import write_run
+from experiments.results.sinks import write_run
 out = sys.argv[1]
 for i in range(1000):
     t = pa.table({{"x": pa.array(range({ROWS}), pa.int64()), "round": [i] * {ROWS}}})
@@ -125,7 +125,7 @@ def test_sigkill_mid_run_leaves_no_result(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    names = {p.name for p in out.iterdir()} - {".hydra", "run.log", "experiments.run.log",
+    names = {p.name for p in out.iterdir()} - {".hydra", "run.log", "experiments.run.main.log",
                                                  ".schedbench.lock"}
     assert not {"summary.json", "requests.parquet", "steps.parquet"} & names, names
     assert all(TMP_NAME.match(n) for n in names), names

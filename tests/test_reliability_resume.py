@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from experiments.job_folder import commit_run
-from experiments.run import complete_result
-from experiments.sinks import temp_path
+from experiments.results.job_folder import commit_run
+from experiments.results.sinks import temp_path
+from experiments.run.main import complete_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=20", "workload.request_rate=200", "kv_capacity_tokens=4096",

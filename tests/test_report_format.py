@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from experiments.report import EVICTION_NOTE, SIDE_BY_SIDE, format_metric, markdown
+from experiments.report.tables import EVICTION_NOTE, SIDE_BY_SIDE, format_metric, markdown
 
 
 def test_one_format_per_kind_of_metric() -> None:

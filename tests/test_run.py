@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from engines.records import REQUEST_SCHEMA, STEP_SCHEMA
-from experiments.build import build_executor, build_hardware, build_model, build_scheduler
-from experiments.workloads import build_workload
+from experiments.inputs.workloads import build_workload
+from experiments.run.build import build_executor, build_hardware, build_model, build_scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=30", "workload.request_rate=200", "kv_capacity_tokens=4096",

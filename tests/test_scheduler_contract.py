@@ -13,7 +13,7 @@ import pytest
 from conftest import build_scheduler_for, invariant_check_for, tiny_sim
 
 from engines.engine import Engine
-from experiments.build import build_scheduler
+from experiments.run.build import build_scheduler
 from schedulers import registry
 from schedulers.contract import CapacityConfig, DecodeRunScheduler, Request, Scheduler
 
@@ -100,7 +100,7 @@ def test_the_test_only_scheduler_runs_a_whole_job_through_the_registry_alone(
     double has no YAML in conf/scheduler/ and nothing in experiments/ names it."""
     from test_reliability_config import job_config
 
-    from experiments.run import run_experiment
+    from experiments.run.main import run_experiment
 
     cfg = job_config("scheduler=base_fcfs_double", "scheduler.page_size=16",
                      "check_invariants=true")
@@ -123,7 +123,7 @@ def fcfs_with_context(kv_capacity_tokens: int, max_model_len: int | None = None,
 
 
 def test_a_target_scheduler_gets_the_top_level_max_model_len_or_says_it_cannot() -> None:
-    from experiments.build import context_length
+    from experiments.run.build import context_length
 
     target = {"target": f"{__name__}:fcfs_with_context", "page_size": 16}
     sched = build_scheduler(target, 256, max_model_len=96)

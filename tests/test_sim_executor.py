@@ -7,7 +7,7 @@ import pytest
 from engines.cost_model import RooflineCostModel, StepShape
 from engines.executors.sim import SimExecutor, rule_token, rule_tokens
 from engines.executors.specs import HardwareSpec, ModelSpec
-from experiments.conformance import fake_token
+from experiments.conformance.replay import fake_token
 from schedulers.contract import Request, ScheduledChunk, StepPlan
 
 # Per layer: q,o 2*8*8=128, k,v 2*8*4=64, MLP 3*8*16=384, norms 16 -> 592; x2 layers = 1184;

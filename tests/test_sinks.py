@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from experiments.figures import JobSeries, kv_use_over_time
-from experiments.sinks import atomic_path, write_json, write_table, write_text
-from experiments.timeseries import bin_steps
+from experiments.report.figures import JobSeries, kv_use_over_time
+from experiments.results.sinks import atomic_path, write_json, write_table, write_text
+from experiments.results.timeseries import bin_steps
 
 
 def leftovers(d: Path) -> list[str]:

@@ -18,9 +18,9 @@ from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from engines.records import Recorder
-from experiments.metrics import compute_metrics, compute_metrics_from_files
-from experiments.quantiles import exact_ranks, replayable, stats_ms
-from experiments.workloads import build_workload, stream_workload
+from experiments.inputs.workloads import build_workload, stream_workload
+from experiments.results.metrics import compute_metrics, compute_metrics_from_files
+from experiments.results.quantiles import exact_ranks, replayable, stats_ms
 from schedulers import registry
 from schedulers.contract import Scheduler
 

@@ -44,7 +44,7 @@ def test_the_readme_slurm_command_composes() -> None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from experiments.config import register_configs
+    from experiments.run.config import register_configs
 
     text = (ROOT / "README.md").read_text()
     block = re.search(r"```\n(python -m experiments.run -m experiment=preemption "

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from engines.engine import Engine
 from engines.executors.sim import SimExecutor
-from experiments.metrics import compute_metrics
+from experiments.results.metrics import compute_metrics
 from schedulers import registry
 from schedulers.contract import Request, Scheduler, StepPlan, SwapOp
 from schedulers.host_pool import HostKVPool
@@ -164,8 +164,8 @@ def test_a_swap_job_writes_swap_records_and_summary(tmp_path) -> None:  # type: 
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from experiments.config import register_configs
-    from experiments.run import run_experiment
+    from experiments.run.config import register_configs
+    from experiments.run.main import run_experiment
 
     register_configs()
     GlobalHydra.instance().clear()

@@ -15,8 +15,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from experiments.config import register_configs
-from experiments.wandb_log import offline_runs, read_offline_run
+from experiments.run.config import register_configs
+from experiments.run.wandb_log import offline_runs, read_offline_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=24", "workload.request_rate=200", "kv_capacity_tokens=4096",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.sweep_info import SweepInfo, read_sweep_info, swept_keys, write_sweep_info
-from experiments.wandb_log import grouped_summary, run_name, summary_key
+from experiments.run.sweep_info import SweepInfo, read_sweep_info, swept_keys, write_sweep_info
+from experiments.run.wandb_log import grouped_summary, run_name, summary_key
 
 
 def test_swept_keys_come_from_the_sweeper_and_multi_value_overrides() -> None:

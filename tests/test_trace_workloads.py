@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.traces import TraceError
-from experiments.workloads import build_workload
-from experiments.workloads.lengths import LengthDist
-from experiments.workloads.tokens import sim_answer
-from experiments.workloads.transforms import output_spec
+from experiments.inputs.traces import TraceError
+from experiments.inputs.workloads import build_workload
+from experiments.inputs.workloads.lengths import LengthDist
+from experiments.inputs.workloads.tokens import sim_answer
+from experiments.inputs.workloads.transforms import output_spec
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/data/traces absent")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.traces import (
+from experiments.inputs.traces import (
     TraceError,
     mooncake_prompt,
     read_trace,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.report import write_report
+from experiments.report.tables import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path(os.environ.get("SCHEDBENCH_TRACE_DIR")

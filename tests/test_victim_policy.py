@@ -8,7 +8,7 @@ import random
 import pytest
 from sglang_helpers import Run, step
 
-from experiments.conformance import fake_token
+from experiments.conformance.replay import fake_token
 from schedulers.contract import Request, StepPlan, StepResult
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
 from schedulers.victim_policy import VICTIM_POLICIES, VictimFacts, rank_victims
@@ -255,7 +255,7 @@ def test_sglang_victim_policy_and_priority_retraction_do_not_mix() -> None:
 def test_hydra_overrides_reach_the_scheduler(overrides: list[str], field: str) -> None:
     from test_reliability_config import job_config
 
-    from experiments.build import build_scheduler
+    from experiments.run.build import build_scheduler
 
     cfg = job_config(*overrides)
     sched = build_scheduler(cfg.scheduler, int(cfg.kv_capacity_tokens))

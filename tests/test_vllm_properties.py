@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engines.livelock import ProgressWatch
-from experiments.conformance import fake_token
+from experiments.conformance.replay import fake_token
 from schedulers.contract import Request, StepResult
 from schedulers.victim_policy import VICTIM_POLICIES
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.conformance import fake_token
+from experiments.conformance.replay import fake_token
 from schedulers.contract import Request, StepPlan, StepResult
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
 from schedulers.vllm.block_pool import BlockPool

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments.workloads import (
+from experiments.inputs.workloads import (
     LengthDist,
     SyntheticWorkload,
     build_workload,

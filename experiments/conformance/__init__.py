@@ -1,0 +1,3 @@
+"""Replaying conformance workloads and comparing against the real upstream schedulers'
+logs (`python -m experiments.conformance`, docs/CONFORMANCE.md).
+"""

@@ -1,0 +1,5 @@
+"""`python -m experiments.conformance`."""
+
+from experiments.cli import conformance
+
+conformance()

@@ -1,0 +1,5 @@
+"""`python -m experiments.report`."""
+
+from experiments.cli import report
+
+report()

@@ -1,0 +1,652 @@
+"""Sweep reports: the comparison table of a multirun, side by side, and its figures.
+
+    python -m experiments.report SWEEP_DIR [--out DIR] [--load-param KEY] [--no-figures]
+                                 [--title TEXT] [--columns METRIC,METRIC,...]
+    python -m experiments.report SWEEP_A SWEEP_B [--out DIR] [--labels A,B]   # compare two
+
+reads every job folder of a sweep (its verified result, `job_folder.verify_folder`: a job is
+labelled by the overrides recorded in its own summary, never by `.hydra/overrides.yaml`, which
+Hydra rewrites when a job starts; a folder without a complete, consistent result is listed as
+`incomplete` or `inconsistent`; the parquet files for the figures) and writes into `--out`
+(default: the sweep folder):
+- `comparison.csv` / `comparison.md`: one row per job; the sweep's varied parameters, then
+  the metrics of `COMPARISON_METRICS` (`vllm bench serve` names where they exist);
+- `side_by_side.md`: the metrics of `SIDE_BY_SIDE` as rows, one column per job (labelled by
+  its varied parameters: per scheduler in the default sweep);
+- `by_scheduler.csv` / `.md` when the sweep varies the scheduler and something else: one row
+  per setting of the other parameters, each metric once per scheduler;
+- `headline.csv` / `.md` with `--columns`: just those metrics, per scheduler or per job;
+- figures (PNG and PDF, `experiments.report.figures`), named after what they plot against what:
+  `latency_cdf_ttft_e2el`, `evictions_vs_<x>` and `victim_e2el_vs_<x>` (x: the load
+  parameter, e.g. `evictions_vs_load`; `_by_scheduler` when nothing but the scheduler
+  varies), `kv_use_vs_time`.
+The Hydra callback `experiments.run.callbacks.ComparisonCallback` calls `write_report` when a
+multirun ends.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from experiments.results.job_folder import MARKER_FILE, verify_folder
+from experiments.results.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_text
+
+COMPARISON_METRICS: tuple[str, ...] = (
+    "workload", "max_model_len", "offered", "completed", "rejected", "rejected_too_long",
+    "rejected_kv_pool", "rejected_other", "rejected_503", "rejection_rate_503", "aborted",
+    "duration",
+    "request_throughput", "output_throughput", "request_goodput", "slo_attainment",
+    "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
+    "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
+    "num_preemptions", "preemptions_per_1k_requests", "preempted_request_share",
+    "max_restarts_per_request", "recomputed_tokens", "recomputed_token_share",
+    "prefix_cache_hit_rate", "prefix_recovery_on_resume",
+    "median_e2el_victim_ms", "median_e2el_nonvictim_ms", "victim_e2el_median_ratio",
+    "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms", "mean_kv_utilization", "mean_batch_size",
+    "num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_time_share",
+)
+
+SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
+    ("max_model_len", "Context length, max_model_len (tokens)"),
+    ("offered", "Requests offered (count)"),
+    ("completed", "Completed (count)"),
+    ("rejected_too_long", "Rejected: too long (count)"),
+    ("rejected_kv_pool", "Rejected: larger than the KV pool (count)"),
+    ("rejected_other", "Rejected: other reasons (count)"),
+    ("rejected_503", "Rejected: 503, admission (count)"),
+    ("aborted", "Aborted (count)"),
+    ("request_throughput", "Request throughput (req/s)"),
+    ("output_throughput", "Output token throughput (tok/s)"),
+    ("median_ttft_ms", "Median TTFT (ms)"),
+    ("p99_ttft_ms", "P99 TTFT (ms)"),
+    ("median_tpot_ms", "Median TPOT (ms)"),
+    ("p99_tpot_ms", "P99 TPOT (ms)"),
+    ("median_e2el_ms", "Median E2EL (ms)"),
+    ("p99_e2el_ms", "P99 E2EL (ms)"),
+    ("num_preemptions", "Evictions (count)"),
+    ("preempted_request_share", "Requests evicted (%)"),
+    ("median_e2el_victim_ms", "Victims' median E2EL (ms)"),
+    ("median_e2el_nonvictim_ms", "Others' median E2EL (ms)"),
+    ("recomputed_token_share", "Prefill recomputed (%)"),
+)
+# One word for one thing, defined once under every table that uses it.
+EVICTION_NOTE = ("evicted: preempted (vLLM) or retracted (SGLang), KV freed and the request "
+                 "sent back to wait; victims: requests evicted at least once; n/a: no data "
+                 "(e.g. no victims)")
+# Metrics shown as percentages (their labels say %); the rest by unit, see `format_metric`.
+PERCENT_METRICS = frozenset({
+    "preempted_request_share", "recomputed_token_share", "rejection_rate_503",
+    "slo_attainment", "prefix_cache_hit_rate", "prefix_recovery_on_resume",
+    "swap_time_share", "mean_kv_utilization",
+})
+
+
+def format_metric(key: str, value: Any) -> str:
+    """One number format per kind of metric: n/a for no data; shares in % with two
+    decimals; latencies (ms) with one decimal; throughputs in tok/s without decimals and in
+    req/s with two; counts as integers with thousands separators."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return str(value)
+    x = float(value)
+    if key in PERCENT_METRICS:
+        return f"{100.0 * x:.2f}"
+    if key.endswith("_ms"):
+        return f"{x:,.1f}"
+    if key == "output_throughput" or key.endswith("tokens_per_s"):
+        return f"{x:,.0f}"
+    if "throughput" in key or "goodput" in key:
+        return f"{x:,.2f}"
+    if isinstance(value, int | np.integer) or x.is_integer():
+        return f"{int(x):,}"
+    return _fmt(x)
+
+
+PIVOT_METRICS: tuple[str, ...] = (
+    "num_preemptions", "preempted_request_share", "recomputed_token_share",
+    "median_e2el_victim_ms", "p99_e2el_victim_ms", "median_e2el_ms", "p99_e2el_ms",
+    "prefix_recovery_on_resume",
+)
+
+_LOAD_WORDS = ("rate", "scale", "load", "capacity")
+
+
+@dataclass
+class Job:
+    """One job folder of a sweep."""
+
+    path: Path
+    num: int
+    overrides: dict[str, str]
+    summary: dict[str, Any]
+    _requests: pa.Table | None = field(default=None, repr=False)
+    _steps: pa.Table | None = field(default=None, repr=False)
+
+    @property
+    def scheduler(self) -> str:
+        return str(self.summary.get("scheduler", self.overrides.get("scheduler", "?")))
+
+    def requests(self) -> pa.Table:
+        """The job's per-request records (read once)."""
+        if self._requests is None:
+            self._requests = pq.read_table(self.path / REQUESTS_FILE)
+        return self._requests
+
+    def steps(self) -> pa.Table:
+        """The job's per-step records (read once)."""
+        if self._steps is None:
+            self._steps = pq.read_table(self.path / STEPS_FILE)
+        return self._steps
+
+
+def parse_overrides(items: Sequence[object]) -> dict[str, str]:
+    """`key=value` override strings as a mapping (`+` / `~` prefixes dropped)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if sep:
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def load_job(job_dir: Path, num: int) -> Job:
+    """One job folder: its verified summary, labelled by the overrides that summary records
+    (the parameters of the run that produced these numbers); an unverified folder becomes a
+    job of status `incomplete` / `inconsistent` with the reason as its error."""
+    state = verify_folder(job_dir)
+    if not state.verified:
+        return Job(job_dir, num, {}, {"status": state.state, "error": state.reason})
+    return Job(job_dir, num, parse_overrides(state.summary.get("overrides") or []),
+               state.summary)
+
+
+def _is_job_dir(d: Path) -> bool:
+    return d.is_dir() and not d.name.startswith(".") and any(
+        (d / n).exists() for n in (SUMMARY_FILE, MARKER_FILE, ".hydra"))
+
+
+def load_sweep(sweep_dir: str | Path) -> list[Job]:
+    """Every job folder under `sweep_dir` (one holding a summary, a marker or `.hydra/`), by
+    job number."""
+    root = Path(sweep_dir)
+    jobs: list[Job] = []
+    for d in sorted(p for p in root.iterdir() if _is_job_dir(p)) if root.is_dir() else []:
+        try:
+            num = int(d.name.split("_")[0])
+        except ValueError:
+            num = len(jobs)
+        jobs.append(load_job(d, num))
+    if not jobs:
+        raise FileNotFoundError(f"{root}: no job folder with a {SUMMARY_FILE}")
+    return sorted(jobs, key=lambda j: j.num)
+
+
+def verified(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs whose folder holds a verified result (ok or failed)."""
+    return [j for j in jobs if j.summary.get("status", "ok") in ("ok", "failed")]
+
+
+def varied_params(jobs: Sequence[Job]) -> list[str]:
+    """Override keys whose value is not the same in every verified job, in first-seen
+    order."""
+    jobs = verified(jobs)
+    keys: dict[str, None] = {}
+    for j in jobs:
+        keys.update(dict.fromkeys(j.overrides))
+    return [k for k in keys if len({j.overrides.get(k) for j in jobs}) > 1]
+
+
+def fixed_params(jobs: Sequence[Job]) -> dict[str, str]:
+    """Override keys with the same value in every job."""
+    varied = set(varied_params(jobs))
+    jobs = verified(jobs)
+    return {k: v for k, v in jobs[0].overrides.items() if k not in varied} if jobs else {}
+
+
+def _label(job: Job, params: Sequence[str]) -> str:
+    status = job.summary.get("status", "ok")
+    if status not in ("ok", "failed"):  # no parameters of its own: name the folder
+        return f"{job.path.name} ({status})"
+    parts = [job.overrides.get(p, "-") if p == "scheduler" else
+             f"{p.split('.')[-1]}={job.overrides.get(p, '-')}" for p in params]
+    return " ".join(parts) or job.scheduler
+
+
+def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
+                     ) -> pd.DataFrame:
+    """One row per job: job number, the varied parameters, scheduler, status (and, when a
+    job failed, its error), the metrics."""
+    params = list(varied_params(jobs) if params is None else params)
+    any_failed = any(j.summary.get("status", "ok") != "ok" for j in jobs)
+    rows = []
+    for j in jobs:
+        row: dict[str, Any] = {"job": j.num}
+        row.update({p: j.overrides.get(p) for p in params})
+        row["scheduler"] = j.scheduler
+        row["status"] = j.summary.get("status", "ok")
+        if any_failed:
+            row["error"] = j.summary.get("error")
+        row.update({m: j.summary.get(m) for m in COMPARISON_METRICS})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for p in params:
+        num = pd.to_numeric(df[p], errors="coerce")
+        if num[df[p].notna()].notna().all():  # unverified jobs have no parameters
+            ints = all(str(v).lstrip("-").isdigit() for v in df[p].dropna())
+            df[p] = num.astype("Int64") if ints and df[p].isna().any() else num
+    for col in df.columns:  # counts stay integers beside rows without them (failed, ...)
+        values = [r.get(col) for r in rows if r.get(col) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            df[col] = df[col].astype("Int64")
+    return df
+
+
+def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None) -> pd.DataFrame:
+    """`SIDE_BY_SIDE` metrics as rows, one column per job named by its varied parameters,
+    each value formatted for its metric (`format_metric`)."""
+    params = list(varied_params(jobs) if params is None else params)
+    rows = list(SIDE_BY_SIDE)
+    if any(j.summary.get("status", "ok") != "ok" for j in jobs):
+        rows[:0] = [("status", "Status"), ("error", "Error")]
+    data = {_label(j, params): [format_metric(k, j.summary.get(k, "ok" if k == "status"
+                                                             else None)) for k, _ in rows]
+            for j in jobs}
+    return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
+
+
+def _completed_ids(job: Job) -> frozenset[str] | None:
+    """The ids of the requests `job` completed (finish reason stop or length); None when its
+    records are missing (a failed job)."""
+    path = job.path / REQUESTS_FILE
+    if not path.is_file():
+        return None
+    t = pq.read_table(path, columns=["request_id", "finish_reason"])
+    done = [rid for rid, why in zip(t.column("request_id").to_pylist(),
+                                    t.column("finish_reason").to_pylist(), strict=True)
+            if why in ("stop", "length")]
+    return frozenset(done)
+
+
+def completion_warnings(jobs: Sequence[Job], params: Sequence[str] | None = None
+                        ) -> list[str]:
+    """One warning per comparison (jobs that share every varied parameter but the
+    scheduler) whose jobs completed different request sets, or were offered different
+    numbers of requests: their latency columns then describe different requests."""
+    params = list(varied_params(jobs) if params is None else params)
+    if "scheduler" not in params:
+        return []
+    others = [p for p in params if p != "scheduler"]
+    groups: dict[tuple[str | None, ...], list[Job]] = {}
+    for j in jobs:
+        if j.summary.get("status", "ok") == "ok":
+            groups.setdefault(tuple(j.overrides.get(p) for p in others), []).append(j)
+    out: list[str] = []
+    for key, group in groups.items():
+        if len(group) < 2:
+            continue
+        ids = [_completed_ids(j) for j in group]
+        offered = {j.summary.get("offered", j.summary.get("num_requests")) for j in group}
+        known = [i for i in ids if i is not None]
+        same_ids = len(known) == len(group) and all(i == known[0] for i in known)
+        if same_ids and len(offered) == 1:
+            continue
+        counts = ", ".join(f"{j.scheduler} {j.summary.get('completed')} of "
+                           f"{j.summary.get('offered', j.summary.get('num_requests'))}"
+                           for j in group)
+        where = " ".join(f"{p.split('.')[-1]}={v}" for p, v in zip(others, key, strict=True))
+        only = ""
+        if len(known) == len(group):
+            common = frozenset.intersection(*known)
+            only = f"; {len(frozenset.union(*known) - common)} completed by only some"
+        out.append(f"{where + ': ' if where else ''}the schedulers completed different "
+                   f"requests ({counts} completed{only}): their columns describe different "
+                   "request sets")
+    return out
+
+
+def _verified_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of jobs with a verified result (the others have no parameters)."""
+    return frame[frame["status"].isin(["ok", "failed"])] if "status" in frame else frame
+
+
+def scheduler_pivot(frame: pd.DataFrame, params: Sequence[str],
+                    metrics: Sequence[str] = PIVOT_METRICS) -> pd.DataFrame | None:
+    """One row per setting of the non-scheduler parameters, each metric per scheduler
+    (`<metric>[<scheduler>]`); None unless the sweep varies the scheduler and more."""
+    others = [p for p in params if p != "scheduler"]
+    if "scheduler" not in params or not others:
+        return None
+    frame = _verified_rows(frame)
+    scheds = list(dict.fromkeys(frame["scheduler"]))
+    wide = frame.pivot_table(index=others, columns="scheduler", values=list(metrics),
+                             aggfunc="first", dropna=False)
+    order = [(m, s) for m in metrics for s in scheds if (m, s) in wide.columns]
+    wide = wide[order]
+    wide.columns = [f"{m}[{s}]" for m, s in order]
+    for (m, _s), col in zip(order, list(wide.columns), strict=True):
+        if pd.api.types.is_integer_dtype(frame[m]):
+            wide[col] = wide[col].astype("Int64")  # pivoting made the counts floats
+    return wide.reset_index()
+
+
+def _fmt(v: Any) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"  # no value, or a statistic over no data
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int | np.integer):
+        return str(int(v))
+    if isinstance(v, float | np.floating):
+        x = float(v)
+        if x != 0 and abs(x) < 0.01:
+            return f"{x:.2e}"
+        if abs(x) < 10:
+            return f"{x:.3f}"
+        if abs(x) < 1000:
+            return f"{x:.1f}"
+        return f"{x:,.0f}"
+    return str(v)
+
+
+def _metric_of(column: str) -> str | None:
+    """The summary metric a table column holds (`p99_e2el_ms[vllm]` -> `p99_e2el_ms`)."""
+    base = column.partition("[")[0].strip()
+    return base if base in COMPARISON_METRICS or base in PERCENT_METRICS else None
+
+
+def _cell(column: str, v: Any) -> str:
+    metric = _metric_of(column)
+    if metric is not None:
+        return format_metric(metric, v)
+    if isinstance(v, float | np.floating) and math.isfinite(float(v)):
+        return f"{float(v):g}"  # a parameter value: as given
+    return _fmt(v)
+
+
+def markdown(df: pd.DataFrame, index: bool = False) -> str:
+    """A GitHub Markdown table of `df`: metric columns formatted by `format_metric` (shares
+    in %, said in the header), other numbers as given, n/a for no data."""
+    names = [str(c) for c in df.columns]
+    heads = [f"{c} (%)" if _metric_of(c) in PERCENT_METRICS else c for c in names]
+    cols = ([str(df.index.name or "")] if index else []) + heads
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for idx, row in df.iterrows():
+        cells = ([str(idx)] if index else []) + [_cell(c, v) for c, v in
+                                                 zip(names, row.tolist(), strict=True)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def text_table(df: pd.DataFrame) -> str:
+    """`df` (metrics as rows) as an aligned plain-text table for the terminal."""
+    cols = [str(c) for c in df.columns]
+    names = [str(i) for i in df.index]
+    cells = [[_fmt(v) for v in row] for row in df.itertuples(index=False)]
+    corner = str(df.index.name or "")
+    w0 = max([len(n) for n in names] + [6, len(corner)])
+    widths = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(cols)]
+    head = corner.ljust(w0) + "  " + "  ".join(c.rjust(w) for c, w in
+                                               zip(cols, widths, strict=True))
+    out = [head, "-" * len(head)]
+    for n, r in zip(names, cells, strict=True):
+        out.append(n.ljust(w0) + "  " + "  ".join(v.rjust(w) for v, w in
+                                                   zip(r, widths, strict=True)))
+    return "\n".join(out)
+
+
+TERMINAL_PIVOT: tuple[tuple[str, str], ...] = (
+    ("num_preemptions", "evictions"),
+    ("preempted_request_share", "evicted (%)"),
+    ("median_e2el_ms", "E2EL p50 (ms)"),
+    ("p99_e2el_ms", "E2EL p99 (ms)"),
+    ("median_e2el_victim_ms", "victims p50 (ms)"),
+)
+MAX_SIDE_BY_SIDE_COLUMNS = 6
+
+
+def terminal_summary(jobs: Sequence[Job]) -> str:
+    """What the callback prints: the side-by-side table, or, for a sweep with more jobs
+    than fit a terminal, one row per setting of the other parameters with a few metrics
+    per scheduler; then what "evicted" means."""
+    params = varied_params(jobs)
+    warn = "".join(f"WARNING: {w}\n" for w in completion_warnings(jobs, params))
+    return warn + _terminal_table(jobs, params)
+
+
+def _terminal_table(jobs: Sequence[Job], params: Sequence[str]) -> str:
+    if len(jobs) <= MAX_SIDE_BY_SIDE_COLUMNS:
+        return text_table(side_by_side(jobs, params)) + "\n" + _note()
+    frame = comparison_frame(jobs, params)
+    pivot = scheduler_pivot(frame, params, [m for m, _ in TERMINAL_PIVOT])
+    if pivot is None:
+        cols = ["job", *params, "status", "error", *[m for m, _ in TERMINAL_PIVOT]]
+        table = frame[[c for c in cols if c in frame]].copy()
+        metric_of = {c: c for c in table.columns}
+    else:
+        table = pivot
+        metric_of = {c: str(c).partition("[")[0] for c in table.columns}
+    for col in table.columns:
+        if metric_of.get(col) in dict(TERMINAL_PIVOT):
+            table[col] = [format_metric(metric_of[col], v) for v in table[col]]
+        elif col in params:
+            table[col] = [f"{v:g}" if isinstance(v, float) else str(v) for v in table[col]]
+    short = dict(TERMINAL_PIVOT)
+    table.columns = [_short(str(c), short) for c in table.columns]
+    table = table.set_index(table.columns[0])
+    table.index.name = str(table.index.name).split(".")[-1]
+    return text_table(table) + "\n" + _note()
+
+
+def _note() -> str:
+    import textwrap
+
+    return textwrap.fill(EVICTION_NOTE + ".", width=96)
+
+
+def _short(col: str, names: dict[str, str]) -> str:
+    metric, _, sched = col.partition("[")
+    if metric in names and sched:
+        return f"{sched.rstrip(']')} {names[metric]}"
+    return names.get(col, col.split(".")[-1])
+
+
+def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
+    """The varied numeric parameter that best reads as "load" (rate, scale, capacity)."""
+    numeric = [p for p in params if p != "scheduler" and pd.api.types.is_numeric_dtype(
+        frame[p])]
+    for word in _LOAD_WORDS:
+        for p in numeric:
+            if word in p.split(".")[-1]:
+                return p
+    return numeric[0] if numeric else None
+
+
+def _busiest(frame: pd.DataFrame, x: str | None) -> Any:
+    """The value of `x` at which the sweep evicts most (all jobs together; the largest value
+    when nothing is evicted): where KV use over time says most."""
+    if not x or x not in frame or frame[x].nunique() < 2:
+        return None
+    evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0)
+    total = evictions.groupby(frame[x]).sum()
+    return total.idxmax() if total.max() > 0 else max(total.index)
+
+
+def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]
+           ) -> dict[str, str]:
+    """For per-job figures of a sweep with many parameters: the setting of `keys` at which
+    the sweep evicts most (the first when nothing is evicted)."""
+    if not keys:
+        return {}
+    evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0).tolist()
+    total: dict[tuple[str, ...], float] = {}
+    for j, n in zip(jobs, evictions, strict=True):
+        combo = tuple(str(j.overrides.get(k, "-")) for k in keys)
+        total[combo] = total.get(combo, 0.0) + n
+    best = max(total, key=lambda c: total[c])  # first of the ties: the first seen
+    return dict(zip(keys, best, strict=True))
+
+
+def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
+            ) -> tuple[list[Any], str]:
+    """Each job's plotted series: a panel per value of `panel_key`, a shade per value of
+    `x`; and the note that explains the shades."""
+    from experiments.report.figures import JobSeries, param_label, shades, value_label
+
+    tone = shades([j.overrides.get(x) for j in jobs]) if x else {}
+    out = []
+    for j in jobs:
+        if j.summary.get("status") != "ok":  # only verified results have records
+            continue
+        panel = value_label(panel_key, j.overrides.get(panel_key, "-")) if panel_key else ""
+        label = value_label(x, j.overrides.get(x, "-")) if x else ""
+        out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
+                                         int(j.summary.get("kv_capacity_tokens") or 1),
+                                         panel, tone.get(j.overrides.get(x or ""), 1.0)))
+    note = ""
+    if x and len(tone) > 1:
+        lo, hi = min(tone, key=tone.__getitem__), max(tone, key=tone.__getitem__)
+        note = f"light to dark: {param_label(x)} {lo} to {hi}"
+    return out, note
+
+
+EVICTION_METRICS = (
+    ("preemptions_per_1k_requests", "evictions per 1,000 requests", 1.0, "no data"),
+    ("preempted_request_share", "requests evicted (%)", 100.0, "no data"),
+    ("recomputed_token_share", "prefill recomputed (%)", 100.0, "no data"),
+    ("prefix_recovery_on_resume", "prefix recovered on resume (%)", 100.0,
+     "no evictions: nothing resumed"),
+)
+
+
+def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
+                  out: Path, load_param: str | None = None, title: str = "") -> dict[str, Path]:
+    """The sweep's four figures, named after what they plot against what: the latency CDFs
+    (`latency_cdf_ttft_e2el`), evictions and recompute against the load parameter
+    (`evictions_vs_<x>`), victims' and others' E2E latency (`victim_e2el_vs_<x>`) and KV
+    pool use over simulated time (`kv_use_vs_time`: at the value of x where the sweep evicts
+    most, one line per job, so the band of maxima and the idle time stay readable); PNG and
+    PDF each."""
+    from experiments.report.figures import (
+        Metric,
+        figure_stem,
+        kv_use_over_time,
+        latency_cdfs,
+        metric_vs_load,
+        param_label,
+        value_label,
+        victims_vs_others,
+    )
+
+    verified = _verified_rows(frame)
+    jobs = [j for j, keep in zip(jobs, frame.index.isin(verified.index), strict=True) if keep]
+    frame = verified.reset_index(drop=True)  # a row per job of `jobs`, in order
+    x = load_param or pick_load_param(params, frame)
+    others = [p for p in params if p not in ("scheduler", x)]
+    series = ["scheduler", *others]
+    # per-job figures: a panel per value of the first other parameter; any further ones
+    # fixed where the sweep evicts most (said in the titles)
+    fixed = _focus(jobs, frame, others[1:])
+    chosen = [i for i, j in enumerate(jobs)
+              if all(str(j.overrides.get(k, "-")) == v for k, v in fixed.items())]
+    js, note = _series([jobs[i] for i in chosen], others[0] if others else None, x)
+    busiest = _busiest(frame.iloc[chosen], x)
+    at = value_label(x, busiest) if x and busiest is not None else ""
+    kv_jobs = [j for j in js if j.label == at] if at else js
+    where = ", ".join([at] * bool(at) + [value_label(k, v) for k, v in fixed.items()])
+    kv_title = "KV pool use over simulated time" + (
+        f"\nat {where} (most evictions)" if where else "")
+    cdf_title = "Latency per completed request (CDF)" + (
+        "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
+        + " (most evictions)" if fixed else "")
+    against = f" vs {param_label(x)}" if x else ""
+    ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
+    return {
+        "latency_cdf_ttft_e2el": latency_cdfs(js, out / "latency_cdf_ttft_e2el.png",
+                                              cdf_title, shade_note=note),
+        ev: metric_vs_load(frame, x, [Metric(*m) for m in EVICTION_METRICS], out / f"{ev}.png",
+                           series, title="Evictions (preempted or retracted) and recompute"
+                           + against),
+        vic: victims_vs_others(frame, x, out / f"{vic}.png", series,
+                               title="E2E latency: victims and other requests"
+                               + against),
+        "kv_use_vs_time": kv_use_over_time(kv_jobs or js, out / "kv_use_vs_time.png",
+                                           kv_title, shade_note=note),
+    }
+
+
+def headline(frame: pd.DataFrame, params: Sequence[str], columns: Sequence[str]
+             ) -> pd.DataFrame:
+    """The metrics `columns` only: per scheduler (`scheduler_pivot`) when the sweep varies
+    the scheduler and more, else one row per job with the varied parameters."""
+    pivot = scheduler_pivot(frame, params, columns)
+    if pivot is not None:
+        return pivot
+    keep = ["job", *[p for p in params if p != "scheduler"], "scheduler", "status", *columns]
+    return frame[[c for c in keep if c in frame]]
+
+
+def _configured_load_param(sweep_dir: Path) -> str | None:
+    """`hydra.callbacks.comparison.load_param` of the sweep's multirun.yaml, if set."""
+    p = sweep_dir / "multirun.yaml"
+    if not p.is_file():
+        return None
+    cfg = yaml.safe_load(p.read_text()) or {}
+    value = (((cfg.get("hydra") or {}).get("callbacks") or {}).get("comparison") or {}).get(
+        "load_param")
+    return str(value) if value else None
+
+
+def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
+                 figures: bool = True, load_param: str | None = None,
+                 title: str = "", columns: Sequence[str] | None = None) -> dict[str, Path]:
+    """Write the comparison tables and figures of a sweep (see the module docstring);
+    with `columns`, also `headline.csv` / `.md` (see `headline`)."""
+    jobs = load_sweep(sweep_dir)
+    out = Path(out_dir) if out_dir is not None else Path(sweep_dir)
+    params = varied_params(jobs)
+    load_param = load_param or _configured_load_param(Path(sweep_dir))
+    frame = comparison_frame(jobs, params)
+    fixed = fixed_params(jobs)
+    head = f"# {title or 'Sweep'}: {len(jobs)} jobs\n\n"
+    if fixed:
+        head += "Fixed overrides: " + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + "\n\n"
+    if params:
+        head += "Varied: " + ", ".join(f"`{p}`" for p in params) + "\n\n"
+    for warning in completion_warnings(jobs, params):
+        head += f"> **Warning**: {warning}\n\n"
+    paths: dict[str, Path] = {}
+    paths["comparison.csv"] = write_text(frame.to_csv(index=False), out / "comparison.csv")
+    paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")
+    sbs = side_by_side(jobs, params)
+    sbs.index.name = "metric"
+    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True) + "\n"
+                                          + EVICTION_NOTE + ".\n", out / "side_by_side.md")
+    pivot = scheduler_pivot(frame, params)
+    if pivot is not None:
+        paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),
+                                               out / "by_scheduler.csv")
+        paths["by_scheduler.md"] = write_text(head + markdown(pivot), out / "by_scheduler.md")
+    if columns:
+        unknown = sorted(set(columns) - set(COMPARISON_METRICS))
+        if unknown:
+            raise ValueError(f"report: unknown column(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(COMPARISON_METRICS)}")
+        top = headline(frame, params, columns)
+        paths["headline.csv"] = write_text(top.to_csv(index=False), out / "headline.csv")
+        paths["headline.md"] = write_text(head + markdown(top), out / "headline.md")
+    if figures:
+        for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
+            paths[f"{k}.png"] = p
+            paths[f"{k}.pdf"] = p.with_suffix(".pdf")
+    return paths

@@ -1,0 +1,5 @@
+"""`python -m experiments.run`."""
+
+from experiments.cli import run
+
+run()

@@ -1,0 +1,89 @@
+"""Hydra callbacks. `ComparisonCallback` starts and closes a multirun: it writes the
+invocation's `sweep.json` (W&B group, swept keys) when the multirun starts, and the sweep's
+comparison (and, with `logger=wandb`, the sweep's W&B run) when it ends.
+
+Registered in conf/config.yaml under `hydra.callbacks.comparison`; its fields can be set
+there or from the command line (`hydra.callbacks.comparison.figures=false`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+class ComparisonCallback(Callback):
+    """At the start of a multirun: `<sweep dir>/sweep.json` (`experiments.run.sweep_info`). At
+    the end: `experiments.report.tables.write_report` into the sweep folder (comparison.csv / .md,
+    side_by_side.md, figures), the side-by-side table on stdout and, with `logger=wandb`,
+    one more W&B run in the sweep's group with the comparison table and figures.
+
+    `load_param` names the override on the figures' x axis (default: guessed from the varied
+    parameters); `figures` false skips the figures; `print_table` false keeps stdout quiet.
+    """
+
+    def __init__(self, figures: bool = True, print_table: bool = True,
+                 load_param: str | None = None) -> None:
+        self.figures = figures
+        self.print_table = print_table
+        self.load_param = load_param
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Write the invocation's sweep.json (a new W&B group, the swept keys)."""
+        from experiments.run.sweep_info import SweepInfo, swept_keys, write_sweep_info
+
+        params = OmegaConf.to_container(config.hydra.sweeper.get("params") or {})
+        swept = swept_keys(list(config.hydra.overrides.task),
+                           {str(k): v for k, v in params.items()}
+                           if isinstance(params, dict) else None)
+        info = SweepInfo.new(str(config.get("name", "sweep")), swept)
+        write_sweep_info(Path(str(config.hydra.sweep.dir)), info)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Write the report of the sweep that just ended (and its W&B sweep run)."""
+        from experiments.report.tables import load_sweep, terminal_summary, write_report
+
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        try:
+            jobs = load_sweep(sweep_dir)
+        except FileNotFoundError as e:
+            log.warning("comparison: %s", e)
+            return
+        title = str(config.get("name", ""))
+        paths = write_report(sweep_dir, figures=self.figures, load_param=self.load_param,
+                             title=title)
+        logger = config.get("logger")
+        if logger is not None and logger.get("name") == "wandb":
+            _log_sweep_run(config, sweep_dir, paths)
+        if self.print_table:
+            print(f"\n{title}: {len(jobs)} jobs in {sweep_dir}")
+            print(terminal_summary(jobs))
+            print("wrote " + ", ".join(p.name for p in paths.values()))
+
+
+def _log_sweep_run(config: DictConfig, sweep_dir: Path, paths: dict[str, Path]) -> None:
+    """The sweep's W&B run: comparison table, side-by-side table, figures."""
+    from experiments.report.tables import comparison_frame, load_sweep, side_by_side, varied_params
+    from experiments.run.build import as_dict
+    from experiments.run.provenance import git_state
+    from experiments.run.sweep_info import read_sweep_info
+    from experiments.run.wandb_log import WandbOptions, log_sweep_run
+
+    opts = WandbOptions.from_mapping(as_dict(config.logger))
+    info = read_sweep_info(sweep_dir)
+    jobs = load_sweep(sweep_dir)
+    params = varied_params(jobs)
+    name = str(config.get("name", "sweep"))
+    run_dir = log_sweep_run(
+        sweep_dir, comparison_frame(jobs, params), side_by_side(jobs, params),
+        {k.removesuffix(".png"): p for k, p in paths.items() if p.suffix == ".png"}, opts,
+        info.group if info else str(sweep_dir), f"sweep {name}",
+        {"name": name, "sweep_dir": str(sweep_dir), "swept": list(info.swept) if info else [],
+         "jobs": len(jobs), **git_state()})
+    log.info("W&B %s sweep run: %s", opts.mode, run_dir)

@@ -1,0 +1,343 @@
+"""Structured configs: the schema of every config group, registered in Hydra's ConfigStore.
+
+Each YAML file of `conf/` names its schema first in its defaults list (`- base_vllm`), so
+Hydra checks every key and type while composing: a typo in an override fails before anything
+runs (and `explain_override_error` then lists the valid keys). Schemas of the scheduler,
+model, hardware and workload groups are mirrored from the dataclasses that those objects are
+built from (`mirror`), so a field added there is a valid key here at once.
+
+    register_configs()      # idempotent; experiments.run calls it at import
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import typing
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from engines.admission import AdmissionLimits
+from engines.executors.specs import HardwareSpec, ModelSpec
+from experiments.inputs.workloads import PARAMS as WORKLOAD_PARAMS
+from experiments.inputs.workloads import LengthDist
+from schedulers import registry
+from schedulers.eviction import EvictionOptions
+
+_MIRRORS: dict[type, type] = {}
+
+
+def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
+           extra: Sequence[tuple[str, Any, Any]] = (), optional: Sequence[str] = (),
+           last: Collection[str] = ()) -> type:
+    """A plain (mutable) dataclass with the fields, types and defaults of dataclass `cls`,
+    minus `drop`, plus `extra` (name, type, default) first and the fields in `last` last;
+    fields in `optional` also accept null; required fields default to MISSING. Nested
+    dataclass types are mirrored too. The class lives in this module under `name`, so
+    configs that hold it pickle (the joblib launcher ships them to workers)."""
+    assert dataclasses.is_dataclass(cls)
+    hints = typing.get_type_hints(cls)
+    specs: list[tuple[str, Any, Any]] = []
+    for fname, typ, default in extra:
+        specs.append((fname, typ, field(default=default)))
+    for f in sorted(dataclasses.fields(cls), key=lambda f: f.name in last):
+        if f.name in drop:
+            continue
+        typ = hints[f.name]
+        if f.name in optional:
+            typ = typ | None
+        if dataclasses.is_dataclass(typ) and isinstance(typ, type):
+            sub = _MIRRORS.get(typ) or mirror(typ, f"{typ.__name__}Schema")
+            specs.append((f.name, sub, field(default_factory=sub)))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = MISSING
+        specs.append((f.name, typ, field(default=default)))
+    out = dataclasses.make_dataclass(name, specs, kw_only=True)
+    out.__module__ = __name__
+    out.__doc__ = f"Config schema mirrored from {cls.__module__}.{cls.__qualname__}."
+    globals()[name] = out
+    _MIRRORS[cls] = out
+    return out
+
+
+class Progress(enum.Enum):
+    """When the replay shows a progress bar: `auto` on a terminal unless CI is set."""
+
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+class OnError(enum.Enum):
+    """What a job does when it stops with an error (a deadlock, a broken invariant, a bad
+    value): `fail` fails the job (and the sweep); `record` writes a summary.json with status
+    "failed" and the error, so that the rest of a sweep runs and the report shows it."""
+
+    fail = "fail"
+    record = "record"
+
+
+@dataclass
+class SloConfig:
+    """Goodput targets in ms (null: no target); a request is good when it meets all."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2el: float | None = None
+
+
+@dataclass
+class NoLogger:
+    """No logger: the job writes only its folder."""
+
+    name: str = "none"
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases: one run per job, grouped by sweep invocation, plus one sweep run
+    with the comparison table and figures (see experiments/run/wandb_log.py).
+
+    `mode` offline writes the run under `dir` (null: the job folder) for `wandb sync` later;
+    online needs `wandb login`.
+    """
+
+    name: str = "wandb"
+    project: str = "schedbench"  # the W&B project
+    entity: str | None = None  # the W&B team or user (null: your default)
+    mode: str = "offline"  # offline | online | disabled
+    dir: str | None = None  # where runs are written (null: the job folder)
+    group: str | None = None  # the run group (null: one per sweep invocation)
+    tags: list[str] = field(default_factory=list)  # tags on every run
+    log_requests_table: bool = True  # log the per-request table
+    max_table_rows: int = 20000  # rows of that table (the first by arrival)
+    log_figures: bool = True  # log the job's figures
+    history_bins: int = 300  # points of the history on simulated time (0: none)
+    quiet: bool = True  # no console capture, system metrics, machine or code snapshots
+
+
+@dataclass
+class SimExecutorConfig:
+    """The simulated executor (engines/executors/sim.py) and its cost model.
+
+    `cost_model`: roofline (the model's shape and the hardware's peaks, derated by the
+    efficiencies, plus `step_overhead_s`) or profile (`FittedCostModel` fitted to the
+    measurements of `profile`, a JSON file from scripts/profile_executor.py; a relative path
+    is taken from the project root) or profile_batch (that fit, with a factor per decode
+    batch size measured in the profile: engines/decode_batch_cost.py).
+    """
+
+    name: str = "sim"
+    cost_model: str = "roofline"
+    profile: str | None = None
+    step_overhead_s: float = 0.002
+    flops_efficiency: float = 1.0
+    bandwidth_efficiency: float = 1.0
+
+
+@dataclass
+class RealExecutorSchema:
+    """The real executor (engines/executors/real.py): a Hugging Face checkpoint folder run by
+    our paged decoder. `kernel`: auto | torch | triton | flash_attn; `dtype` null: float32 on a
+    CPU, bfloat16 on a GPU; `device` null: the GPU when there is one. `model_path` null: the
+    model group's `checkpoint` (e.g. model=smollm2_135m). `timer` on a CPU: wall or cpu (the
+    process's CPU time, with one torch thread: steady on a shared machine)."""
+
+    name: str = "real"
+    model_path: str | None = None
+    kernel: str = "auto"
+    dtype: str | None = None
+    device: str | None = None
+    timer: str = "wall"
+
+
+AdmissionSchema = mirror(AdmissionLimits, "AdmissionSchema", optional=(
+    "max_num_queued_reqs", "max_num_queued_tokens"))
+
+
+@dataclass
+class RunConfig:
+    """The top-level config: one job = one scheduler x one workload x one executor.
+
+    `kv_capacity_tokens` is the KV pool in token slots, the same for every scheduler of a
+    comparison (vLLM: that many / block_size blocks); `max_model_len`, when set, is the
+    context length of either scheduler (vLLM `max_model_len`, SGLang `context_length`); null:
+    each scheduler's own setting, else the model's (`experiments.run.build.context_length`).
+    `name` labels the experiment (sweep folder, W&B group, report titles).
+    `check_invariants` checks the scheduler's KV bookkeeping after every step (slower);
+    `resume` skips a job whose folder already holds a complete result for this config.
+    `admission` holds the front-door limits (engines/admission.py: queued requests and their
+    prompt tokens; null: unlimited), refusing an arrival over them with 503.
+    """
+
+    scheduler: Any = MISSING
+    executor: Any = MISSING
+    model: Any = MISSING
+    hardware: Any = MISSING
+    workload: Any = MISSING
+    slo: Any = MISSING
+    logger: Any = MISSING
+    seed: int = 0
+    kv_capacity_tokens: int = 16384
+    max_model_len: int | None = None
+    progress: Progress = Progress.auto
+    on_error: OnError = OnError.fail
+    check_invariants: bool = False
+    resume: bool = False
+    name: str = "default"
+    admission: AdmissionSchema = field(default_factory=AdmissionSchema)  # type: ignore[valid-type]
+
+
+def scheduler_schema(entry: registry.SchedulerEntry) -> type:
+    """The config schema of a registered scheduler (its config class mirrored, less the
+    capacity field, plus `name`; the context field may be null: the model's then, see
+    `experiments.run.build.context_length`), made once per scheduler."""
+    schema = SCHEDULER_SCHEMAS.get(entry.name)
+    if schema is None:
+        cls_name = entry.config_cls.__name__
+        optional = (entry.context_field,) if entry.context_field is not None else ()
+        # the eviction options every scheduler shares (a base class) after its own fields
+        shared = [f.name for f in dataclasses.fields(EvictionOptions)] \
+            if issubclass(entry.config_cls, EvictionOptions) else []
+        schema = mirror(entry.config_cls, f"{cls_name.removesuffix('Config')}Schema",
+                        drop=(entry.capacity_field,), extra=[("name", str, entry.name)],
+                        optional=optional, last=shared)
+        SCHEDULER_SCHEMAS[entry.name] = schema
+    return schema
+
+
+# Built at import, so that every schema class exists under its name in this module (configs
+# that hold one unpickle in joblib workers); a scheduler registered later gets its schema when
+# `register_configs` next runs.
+SCHEDULER_SCHEMAS: dict[str, type] = {}
+for _entry in registry.entries():
+    scheduler_schema(_entry)
+LengthDistSchema = mirror(LengthDist, "LengthDistSchema")
+WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
+                                 extra=[("name", str, name)], optional=("seed",))
+                    for name, params in WORKLOAD_PARAMS.items()}
+ModelSchema = mirror(ModelSpec, "ModelSchema")
+HardwareSchema = mirror(HardwareSpec, "HardwareSchema")
+_REGISTERED = False
+_STORED_SCHEDULERS: set[str] = set()
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (once per process; the schema of a scheduler
+    registered since, on the next call) and the `${schedulers:}` resolver."""
+    global _REGISTERED
+    cs = ConfigStore.instance()
+    for entry in registry.entries():
+        if entry.name not in _STORED_SCHEDULERS:
+            cs.store(group="scheduler", name=f"base_{entry.name}", node=scheduler_schema(entry))
+            _STORED_SCHEDULERS.add(entry.name)
+    if _REGISTERED:
+        return
+    # `${schedulers:}`: the registry's schedulers as a sweep list ("vllm,sglang"), for presets
+    # that sweep every scheduler
+    OmegaConf.register_new_resolver("schedulers", lambda: ",".join(registry.names()),
+                                    replace=True)
+    cs.store(name="base_config", node=RunConfig)
+    for name, schema in WORKLOAD_SCHEMAS.items():
+        cs.store(group="workload", name=f"base_{name}", node=schema)
+    cs.store(group="model", name="base_model", node=ModelSchema)
+    cs.store(group="hardware", name="base_hardware", node=HardwareSchema)
+    cs.store(group="executor", name="base_sim", node=SimExecutorConfig)
+    cs.store(group="executor", name="base_real", node=RealExecutorSchema)
+    cs.store(group="slo", name="base_slo", node=SloConfig)
+    cs.store(group="logger", name="base_none", node=NoLogger)
+    cs.store(group="logger", name="base_wandb", node=WandbConfig)
+    _REGISTERED = True
+
+
+# --- typo hints ------------------------------------------------------------------------------
+
+GROUPS = ("scheduler", "executor", "model", "hardware", "workload", "slo", "logger",
+          "experiment")
+
+
+def _key_overrides(args: Sequence[str]) -> tuple[list[list[str]], list[tuple[str, str]]]:
+    """Split command-line overrides into group choices (every combination of swept values,
+    as override strings) and plain `key.path=value` overrides (key, text)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    groups: list[list[str]] = []
+    keys: list[tuple[str, str]] = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        try:
+            ov = parser.parse_override(arg)
+        except Exception:
+            continue
+        key = ov.key_or_group
+        if ov.is_delete() or ov.is_add() or key.startswith("hydra"):
+            if key.startswith("hydra.searchpath"):
+                groups.append([arg])
+            continue
+        if key in GROUPS:
+            groups.append([f"{key}={v}" for v in ov.sweep_string_iterator()]
+                          if ov.is_sweep_override() else [arg])
+        elif "/" not in key and "@" not in key:
+            keys.append((key, arg))
+    combos = [list(c) for c in itertools.product(*groups)][:16]
+    return combos or [[]], keys
+
+
+def explain_override_error(args: Sequence[str], config_dir: str,
+                           config_name: str = "config") -> str | None:
+    """When an override names a key that does not exist, a message naming it and listing the
+    valid keys at that level; None when every key exists (the failure is something else)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    combos, keys = _key_overrides(args)
+    if not keys:
+        return None
+    for groups in combos:
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=config_dir, version_base=None):
+                cfg = compose(config_name=config_name, overrides=groups)
+        except Exception:
+            continue
+        finally:
+            GlobalHydra.instance().clear()
+        for key, arg in keys:
+            node: Any = cfg
+            parts = key.split(".")
+            for i, part in enumerate(parts):
+                # `in` is False for a key whose value is missing (???): it exists all the same
+                if isinstance(node, DictConfig) and part in set(node.keys()):
+                    if OmegaConf.is_missing(node, part):
+                        break  # a leaf without a value: the key is valid
+                    node = node[part]
+                    continue
+                where = ".".join(parts[:i]) or "the top level"
+                if not isinstance(node, DictConfig):
+                    return (f"override {arg!r}: {where} is a value ({node!r}), not a group "
+                            "of keys")
+                valid = ", ".join(sorted(str(k) for k in node))
+                choice = f" ({', '.join(groups)})" if groups else ""
+                return (f"override {arg!r}: {where}{choice} has no key {part!r}; valid keys: "
+                        f"{valid}")
+    return None
+
+
+def to_container(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain Python (enums as their names)."""
+    out = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    assert isinstance(out, dict)
+    return {str(k): v for k, v in out.items()}

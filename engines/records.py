@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -127,22 +127,43 @@ STEP_SCHEMA = pa.schema([(c.name, c.type) for c in STEP_COLUMNS])
 STEP_FIELDS_PER_STEP = tuple(c.name for c in STEP_COLUMNS if c.per_step)
 
 
-def row_builder(columns: Sequence[Column]) -> Callable[..., tuple[Any, ...]]:
-    """A function taking every column by name (keyword-only: a missing, unknown or positional
-    argument is a TypeError) and returning the row as a tuple in the columns' order."""
-    names = [c.name for c in columns]
-    if not all(n.isidentifier() for n in names) or len(set(names)) != len(names):
-        raise ValueError(f"records: column names must be distinct identifiers: {names}")
-    args = ", ".join(names)
-    namespace: dict[str, Any] = {}
-    # compiled once from the declarations (as collections.namedtuple does): a plain function
-    # call by keyword is the cheapest way to build a row by name on the hot path
-    exec(f"def row(*, {args}):\n    return ({args},)\n", namespace)
-    return cast(Callable[..., tuple[Any, ...]], namespace["row"])
-
-
-# A step row (what StepColumns takes), built by column name.
-StepRow = row_builder(STEP_COLUMNS)
+# A step row (what StepColumns takes), built by column name: one keyword-only parameter per
+# column of STEP_COLUMNS, in its order (tests/test_record_columns.py checks both); a missing,
+# unknown or positional argument is a TypeError. A plain call by keyword is the cheapest way
+# to build a row by name on the hot path. A per-step column takes a list over a decode run.
+def step_row(
+    *,
+    step: Any,
+    start_time: Any,
+    duration_s: Any,
+    num_scheduled_reqs: Any,
+    num_tokens: Any,
+    num_prefill_tokens: Any,
+    num_decode_tokens: Any,
+    num_decode_reqs: Any,
+    num_preempted: Any,
+    num_aborted: Any,
+    num_finished: Any,
+    kv_used_tokens: Any,
+    kv_cached_tokens: Any,
+    num_running: Any,
+    num_waiting: Any,
+    forward_mode: Any,
+    num_swap_out: Any,
+    num_swap_in: Any,
+    num_swap_fallbacks: Any,
+    swap_out_tokens: Any,
+    swap_in_tokens: Any,
+    swap_out_bytes: Any,
+    swap_in_bytes: Any,
+    swap_s: Any,
+) -> tuple[Any, ...]:
+    """One step row as a tuple in `STEP_SCHEMA` order."""
+    return (step, start_time, duration_s, num_scheduled_reqs, num_tokens, num_prefill_tokens,
+            num_decode_tokens, num_decode_reqs, num_preempted, num_aborted, num_finished,
+            kv_used_tokens, kv_cached_tokens, num_running, num_waiting, forward_mode,
+            num_swap_out, num_swap_in, num_swap_fallbacks, swap_out_tokens, swap_in_tokens,
+            swap_out_bytes, swap_in_bytes, swap_s)
 
 
 def columns_doc(title: str, columns: Sequence[Column]) -> str:
@@ -372,7 +393,7 @@ class Recorder:
             held = rows.get(rid)
             if held is not None:
                 self._end(held, why, "", end)
-        self._add_step_row(StepRow(
+        self._add_step_row(step_row(
             step=self._num_steps, start_time=start, duration_s=end - start,
             num_scheduled_reqs=len(plan.chunks), num_tokens=prefill + decode,
             num_prefill_tokens=prefill, num_decode_tokens=decode, num_decode_reqs=decode,
@@ -417,7 +438,7 @@ class Recorder:
         if stats.finished:
             num_finished = [0] * (k - 1) + [len(stats.finished)]
             running = [stats.num_running] * (k - 1) + [stats.num_running_after]
-        self._steps.extend(k, StepRow(
+        self._steps.extend(k, step_row(
             step=first, start_time=starts,
             duration_s=[e - s for s, e in zip(starts, ends)],
             num_scheduled_reqs=b, num_tokens=b, num_prefill_tokens=0, num_decode_tokens=b,

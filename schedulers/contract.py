@@ -264,6 +264,15 @@ class SelfCheckingScheduler(Protocol):
 
 
 @runtime_checkable
+class SwappingScheduler(Protocol):
+    """Capability: a scheduler that honours `preemption_mode=swap` (registry: `swaps`). Its
+    `host_pool` is the `schedulers.host_pool.HostKVPool` holding swapped-out KV, or None when
+    the scheduler was configured to recompute."""
+
+    host_pool: Any
+
+
+@runtime_checkable
 class CapacityConfig(Protocol):
     """A scheduler config built from the pool size every scheduler of a comparison shares:
     `from_capacity(kv_capacity_tokens, **fields)` sets the config's own capacity field."""

@@ -1,5 +1,7 @@
 """The schedulers the project knows, one entry each (DESIGN.md, "Adding a scheduler").
 
+This module is the mechanism only: each scheduler's package registers its own entry
+(`schedulers/<name>/entry.py`), and `schedulers/__init__.py` imports the built-in packages.
 Everything that names schedulers reads this registry: building one from a config
 (experiments/run/build.py), the config schemas (experiments/run/config.py), the per-step
 invariant check (experiments/run/main.py), the conformance replay
@@ -20,15 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedulers.contract import CapacityConfig, Scheduler
-from schedulers.sglang import (
-    SglangScheduler,
-    SglangSchedulerConfig,
-    sglang_scheduler_from_conformance,
-)
-from schedulers.sglang.invariants import check_sglang_invariants
-from schedulers.vllm import VllmScheduler, VllmSchedulerConfig, vllm_scheduler_from_conformance
-from schedulers.vllm.invariants import check_vllm_invariants
+from schedulers.contract import CapacityConfig, Scheduler, SelfCheckingScheduler
+from schedulers.eviction import EvictionOptions
 
 # The methods of the `Scheduler` protocol (its data members, name and page_size, are
 # instance attributes a class need not declare).
@@ -55,30 +50,60 @@ class ConformanceRules:
 class SchedulerEntry:
     """One scheduler: what builds it from a config and what the harness may ask of it.
 
-    `config_cls` is a dataclass with `from_capacity` (`schedulers.contract.CapacityConfig`)
-    whose `capacity_field` that method derives from `kv_capacity_tokens` (not a config key);
-    `build` makes the scheduler from a config. `context_field` is the config field that the
-    top-level `max_model_len` sets (None: the scheduler has none), `context_length(scheduler)`
-    the context length a built scheduler runs with (None: unbounded), `request_limit(
-    scheduler)` the most tokens (prompt + output) one request may reach (None: unknown).
-    `check_invariants(scheduler)` checks its bookkeeping (`check_invariants=true`; None: the
-    scheduler's own `check_invariants()` when it has one). `conformance(config_line)` builds
-    it from a conformance workload (docs/CONFORMANCE.md) under `conformance_rules`.
-    `test_only` entries are left out of `names()` (the comparisons, sweeps and bench
-    scripts) but are built, configured and contract-tested like any other.
+    Building: `config_cls` is a dataclass with `from_capacity` (`schedulers.contract.
+    CapacityConfig`) whose `capacity_field` that method derives from `kv_capacity_tokens` (not
+    a config key); `build` makes the scheduler from a config. `context_field` is the config
+    field that the top-level `max_model_len` sets (None: the scheduler has none),
+    `context_length(scheduler)` the context length a built scheduler runs with (None:
+    unbounded), `request_limit(scheduler)` the most tokens (prompt + output) one request may
+    reach (None: unknown).
+
+    Capabilities, declared here and read by the tests, the presets and the reports (never
+    inferred from a name):
+    - `evicts`: it evicts running requests under KV pressure (preempts or retracts); its
+      config then derives from `schedulers.eviction.EvictionOptions` (victim_policy, ...),
+      and one that never evicts has none of those options;
+    - `swaps`: it honours `preemption_mode=swap`, and a built one exposes its host pool
+      (`schedulers.contract.SwappingScheduler`);
+    - `page_field`: the config field that sets the KV page size (None: not configurable);
+    - `self_check`: it can check its own bookkeeping after a step (`check_invariants=true`):
+      by `check_invariants(scheduler)` when given, else by the scheduler's own
+      `check_invariants()` (`schedulers.contract.SelfCheckingScheduler`);
+    - `upstream`: the pinned upstream release it mirrors (e.g. "vllm 0.32.0"), whose recorded
+      decisions its conformance cases (tests/conformance/<name>/) replay; then
+      `conformance(config_line)` builds it from a conformance workload (docs/CONFORMANCE.md)
+      under `conformance_rules`. None: a design of our own, with no cases.
+
+    Where it appears: `label` and `color` in tables and figures; `in_default_comparison`
+    entries make up `names()` (what `${schedulers:}` sweeps, the demo and the bench scripts
+    run); others run when named (`scheduler=<name>`). `test_only` entries (test doubles,
+    registered by tests/conftest.py) are never in a comparison.
     """
 
     name: str
     config_cls: type[Any]
     build: Callable[[Any], Scheduler]
     capacity_field: str
+    evicts: bool
+    swaps: bool = False
+    page_field: str | None = None
+    self_check: bool = False
+    upstream: str | None = None
+    label: str = ""
+    color: str | None = None
     context_field: str | None = None
     context_length: Callable[[Any], int | None] | None = None
     request_limit: Callable[[Any], int | None] | None = None
     check_invariants: Callable[[Any], None] | None = None
     conformance: Callable[[Mapping[str, Any]], Scheduler] | None = None
     conformance_rules: ConformanceRules = field(default_factory=ConformanceRules)
+    in_default_comparison: bool = True
     test_only: bool = False
+
+    @property
+    def display_name(self) -> str:
+        """The name tables and figures show (`label`, else `name`)."""
+        return self.label or self.name
 
     def config_fields(self) -> set[str]:
         """The keys a config may set (the config class's fields less the capacity field)."""
@@ -90,7 +115,23 @@ class SchedulerEntry:
         if unknown:
             raise ValueError(f"scheduler ({self.name}): unknown field(s) {', '.join(unknown)}; "
                              f"valid: {', '.join(sorted(self.config_fields()))}")
+        mode = fields.get("preemption_mode", "recompute")
+        if not self.swaps and mode != "recompute":
+            raise ValueError(f"scheduler ({self.name}): preemption_mode={mode!r}: this "
+                             "scheduler does not swap; valid: recompute")
         return self.config_cls.from_capacity(kv_capacity_tokens, **fields)
+
+    def invariant_check(self, scheduler: Scheduler) -> Callable[[], None] | None:
+        """The check of `scheduler`'s bookkeeping (None when it declares no self-check)."""
+        if not self.self_check:
+            return None
+        check = self.check_invariants
+        if check is not None:
+            return lambda: check(scheduler)
+        if not isinstance(scheduler, SelfCheckingScheduler):
+            raise TypeError(f"scheduler registry: {self.name!r} declares self_check but "
+                            f"{type(scheduler).__name__} has no check_invariants()")
+        return scheduler.check_invariants
 
 
 _ENTRIES: dict[str, SchedulerEntry] = {}
@@ -107,8 +148,20 @@ def check_entry(entry: SchedulerEntry) -> None:
         raise TypeError(f"{where}: config_cls {entry.config_cls.__name__} has no "
                         "from_capacity(kv_capacity_tokens, **fields)")
     fields = {f.name for f in dataclasses.fields(entry.config_cls)}
+    has_options = issubclass(entry.config_cls, EvictionOptions)
+    if entry.evicts != has_options:
+        raise TypeError(f"{where}: evicts={entry.evicts} but config_cls "
+                        f"{entry.config_cls.__name__} " + (
+                            "does not derive from EvictionOptions" if entry.evicts else
+                            "carries EvictionOptions (a scheduler that never evicts has none)"))
+    if entry.swaps and not entry.evicts:
+        raise ValueError(f"{where}: swaps=True needs evicts=True (swapping is a way to evict)")
+    if (entry.upstream is None) != (entry.conformance is None):
+        raise ValueError(f"{where}: upstream and conformance go together (an upstream's "
+                         "decisions are replayed by the conformance builder)")
     for what, name in (("capacity_field", entry.capacity_field),
-                       ("context_field", entry.context_field)):
+                       ("context_field", entry.context_field),
+                       ("page_field", entry.page_field)):
         if name is not None and name not in fields:
             raise ValueError(f"{where}: {what}={name!r} is not a field of "
                              f"{entry.config_cls.__name__}")
@@ -148,9 +201,19 @@ def find(name: str) -> SchedulerEntry | None:
     return _ENTRIES.get(name)
 
 
-def names() -> tuple[str, ...]:
-    """The schedulers a comparison covers ("all schedulers"), in registration order."""
-    return tuple(n for n, e in _ENTRIES.items() if not e.test_only)
+CAPABILITIES = ("evicts", "swaps", "self_check", "upstream")
+
+
+def names(capability: str | None = None) -> tuple[str, ...]:
+    """The schedulers a comparison covers ("all schedulers": `in_default_comparison` and not
+    `test_only`), in registration order; with `capability` (one of `CAPABILITIES`), only
+    those that declare it (the presets' `${schedulers:evicts}`)."""
+    if capability is not None and capability not in CAPABILITIES:
+        raise ValueError(f"schedulers: capability {capability!r}: valid: "
+                         f"{', '.join(CAPABILITIES)}")
+    return tuple(n for n, e in _ENTRIES.items()
+                 if e.in_default_comparison and not e.test_only
+                 and (capability is None or getattr(e, capability)))
 
 
 def all_names() -> tuple[str, ...]:
@@ -161,35 +224,3 @@ def all_names() -> tuple[str, ...]:
 def entries() -> tuple[SchedulerEntry, ...]:
     """Every registered entry, in registration order."""
     return tuple(_ENTRIES.values())
-
-
-def _vllm_context_length(scheduler: VllmScheduler) -> int:
-    return scheduler.max_model_len
-
-
-def _sglang_context_length(scheduler: SglangScheduler) -> int | None:
-    return scheduler.config.context_length
-
-
-def _sglang_request_limit(scheduler: SglangScheduler) -> int:
-    return scheduler.config.max_req_len
-
-
-register(SchedulerEntry(
-    name="vllm", config_cls=VllmSchedulerConfig, build=VllmScheduler,
-    capacity_field="num_blocks", context_field="max_model_len",
-    context_length=_vllm_context_length, request_limit=_vllm_context_length,
-    check_invariants=check_vllm_invariants,
-    conformance=vllm_scheduler_from_conformance,
-    # the vLLM oracle sorts arrivals, loops while `has_requests()` (true for one more step
-    # after a finish) and keeps preempted ids in a set (docs/CONFORMANCE.md)
-    conformance_rules=ConformanceRules(sort_arrivals=True, flush_finished=True,
-                                       preempted_as_set=True),
-))
-register(SchedulerEntry(
-    name="sglang", config_cls=SglangSchedulerConfig, build=SglangScheduler,
-    capacity_field="max_total_tokens", context_field="context_length",
-    context_length=_sglang_context_length, request_limit=_sglang_request_limit,
-    check_invariants=check_sglang_invariants,
-    conformance=sglang_scheduler_from_conformance,
-))

@@ -20,7 +20,7 @@ from fcfs_double import ENTRY as FCFS_DOUBLE_ENTRY
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers import registry
-from schedulers.contract import Scheduler, SelfCheckingScheduler
+from schedulers.contract import Scheduler
 
 # A model and a machine small enough that a replay of a few hundred requests takes
 # milliseconds; the memory bandwidth is low so that decode steps dominate.
@@ -30,9 +30,6 @@ TINY_MODEL = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_att
                        num_key_value_heads=2, intermediate_size=128, vocab_size=512)
 TINY_HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9,
                        host_link_bandwidth=1e9)
-
-# The config field holding each scheduler's page size (tests that vary it).
-PAGE_FIELD = {"vllm": "block_size", "sglang": "page_size", "fcfs_double": "page_size"}
 
 # The test-only scheduler joins through the registry alone (no YAML, no code in experiments/).
 if registry.find(FCFS_DOUBLE_ENTRY.name) is None:
@@ -51,14 +48,17 @@ def build_scheduler_for(kind: str, capacity: int, **fields: Any) -> Scheduler:
     return entry.build(entry.config(capacity, **fields))
 
 
-def invariant_check_for(scheduler: Scheduler) -> Callable[[Scheduler], None]:
-    """The scheduler's invariant check: its registry entry's, else its own method."""
-    entry = registry.get(scheduler.name)
-    if entry.check_invariants is not None:
-        return entry.check_invariants
-    assert isinstance(scheduler, SelfCheckingScheduler), scheduler.name
-    own = scheduler.check_invariants
-    return lambda _s: own()
+def page_field(kind: str) -> str:
+    """The config field that sets scheduler `kind`'s page size (its registry entry's)."""
+    field = registry.get(kind).page_field
+    assert field is not None, f"{kind} declares no page_field"
+    return field
+
+
+def invariant_check_for(scheduler: Scheduler) -> Callable[[Scheduler], None] | None:
+    """The scheduler's invariant check as the engine takes it (None: it declares none)."""
+    check = registry.get(scheduler.name).invariant_check(scheduler)
+    return None if check is None else (lambda _s: check())
 
 
 @pytest.fixture

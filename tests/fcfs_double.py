@@ -13,6 +13,7 @@ sglang, including a whole `experiments.run` job with no YAML file of its own.
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -24,18 +25,24 @@ from schedulers.contract import (
     StepPlan,
     StepResult,
 )
+from schedulers.eviction import EvictionOptions
 from schedulers.registry import SchedulerEntry
+from schedulers.victim_policy import VictimFacts, rank_victims
 
 
-@dataclass(frozen=True, slots=True)
-class FcfsConfig:
-    """The double's settings; `kv_capacity_tokens` is the pool (a multiple of `page_size`)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FcfsConfig(EvictionOptions):
+    """The double's settings; `kv_capacity_tokens` is the pool (a multiple of `page_size`).
+    It evicts, so it carries the shared eviction options (recompute only: it does not swap)."""
 
     kv_capacity_tokens: int
     page_size: int = 4
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 64
     reject_oversized: bool = True
+
+    def __post_init__(self) -> None:
+        self.check_eviction_options("fcfs_double scheduler", self.page_size)
 
     @classmethod
     def from_capacity(cls, kv_capacity_tokens: int, **fields: object) -> FcfsConfig:
@@ -56,7 +63,8 @@ class FcfsScheduler:
     name = "fcfs_double"
 
     def __init__(self, kv_capacity_tokens: int, page_size: int = 4, max_num_seqs: int = 8,
-                 max_num_batched_tokens: int = 64, reject_oversized: bool = True) -> None:
+                 max_num_batched_tokens: int = 64, reject_oversized: bool = True,
+                 victim_policy: str = "default", random_seed: int = 0) -> None:
         if kv_capacity_tokens % page_size:
             raise ValueError(f"fcfs_double: kv_capacity_tokens={kv_capacity_tokens} is not a "
                              f"multiple of page_size={page_size}")
@@ -70,6 +78,8 @@ class FcfsScheduler:
         self.running: list[_State] = []
         self.states: dict[str, _State] = {}
         self.step = 0
+        self.victim_policy = victim_policy
+        self.victim_rng = random.Random(random_seed)
 
     @classmethod
     def from_config(cls, config: FcfsConfig) -> FcfsScheduler:
@@ -77,7 +87,8 @@ class FcfsScheduler:
         return cls(config.kv_capacity_tokens, page_size=config.page_size,
                    max_num_seqs=config.max_num_seqs,
                    max_num_batched_tokens=config.max_num_batched_tokens,
-                   reject_oversized=config.reject_oversized)
+                   reject_oversized=config.reject_oversized,
+                   victim_policy=config.victim_policy, random_seed=config.random_seed)
 
     def check_invariants(self) -> None:
         """Every page is free or held by exactly one running request, which holds the pages
@@ -110,6 +121,22 @@ class FcfsScheduler:
         st.pages = []
         st.computed = 0
 
+    def _victim(self, first: int) -> _State:
+        """Take the victim out of `running`: the latest admitted, or, under another
+        victim_policy, its first choice among `running[first:]` (the requests this step has
+        not scheduled yet, so that no chunk of the plan loses its pages)."""
+        if self.victim_policy == "default":
+            return self.running.pop()
+        facts = [VictimFacts(request_id=s.req.request_id, arrival_time=s.req.arrival_time,
+                             num_output_tokens=len(s.req.output_token_ids),
+                             num_prompt_tokens=s.req.num_prompt_tokens,
+                             computed_tokens=s.computed,
+                             kv_slots=len(s.pages) * self.page_size,
+                             remaining_tokens=s.req.max_tokens - len(s.req.output_token_ids))
+                 for s in self.running[first:]]
+        pick = rank_victims(facts, self.victim_policy, self.victim_rng)[0]
+        return self.running.pop(first + pick)
+
     def _chunk(self, st: _State, n: int, admitted: bool) -> ScheduledChunk:
         r = st.req
         all_ids = r.prompt_token_ids + r.output_token_ids
@@ -136,7 +163,7 @@ class FcfsScheduler:
             st = self.running[i]
             n = min(st.req.num_tokens - st.computed, budget)
             while not self._grow(st, st.computed + n):
-                victim = self.running.pop()
+                victim = self._victim(i)
                 self._release(victim)
                 self.waiting.appendleft(victim)
                 plan.preempted.append(victim.req.request_id)
@@ -212,4 +239,5 @@ def make_scheduler(kv_capacity_tokens: int, **fields: object) -> FcfsScheduler:
 
 # The double's registry entry: all it takes to join the harness (tests/conftest.py registers it).
 ENTRY = SchedulerEntry(name="fcfs_double", config_cls=FcfsConfig, build=FcfsScheduler.from_config,
-                       capacity_field="kv_capacity_tokens", test_only=True)
+                       capacity_field="kv_capacity_tokens", evicts=True, page_field="page_size",
+                       self_check=True, test_only=True)

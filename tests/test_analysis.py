@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from experiments.report.analysis import load
+from experiments.report.cli import main
 from experiments.report.compare import match_jobs
-from experiments.report.tables import load_sweep, main
+from experiments.report.tables import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["workload.num_requests=16", "workload.request_rate=200", "kv_capacity_tokens=4096",

@@ -24,7 +24,7 @@ ALLOWED = {
     "experiments.results": {"experiments.paths", "engines"},  # engines: the record columns
     "experiments.inputs": {"experiments.paths", "experiments.results", "schedulers",
                            "engines"},
-    "experiments.report": {"experiments.paths", "experiments.results"},
+    "experiments.report": {"experiments.paths", "experiments.results", "schedulers"},
     "experiments.conformance": {"schedulers", "engines"},
     "experiments.run": {"experiments.paths", "experiments.results", "experiments.inputs",
                         "experiments.report", "schedulers", "engines", "kernels"},

@@ -3,6 +3,8 @@ the module's column list come from `REQUEST_COLUMNS` / `STEP_COLUMNS`."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from engines import records
@@ -12,7 +14,7 @@ from engines.records import (
     STEP_COLUMNS,
     STEP_FIELDS_PER_STEP,
     STEP_SCHEMA,
-    StepRow,
+    step_row,
 )
 
 
@@ -34,11 +36,17 @@ def test_every_request_column_reads_an_attribute_of_the_held_row() -> None:
     assert len({c.attr for c in REQUEST_COLUMNS}) == len(REQUEST_COLUMNS)
 
 
+def test_the_step_row_takes_every_step_column_by_name_in_schema_order() -> None:
+    params = inspect.signature(step_row).parameters.values()
+    assert [p.name for p in params] == [c.name for c in STEP_COLUMNS]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
+
+
 def test_a_step_row_is_built_by_name_in_schema_order() -> None:
     values = {name: i for i, name in enumerate(STEP_SCHEMA.names)}
-    assert tuple(StepRow(**values)) == tuple(range(len(STEP_SCHEMA)))
+    assert tuple(step_row(**values)) == tuple(range(len(STEP_SCHEMA)))
     with pytest.raises(TypeError):
-        StepRow(*values.values())  # by name only
+        step_row(*values.values())  # by name only
     del values["swap_s"]
     with pytest.raises(TypeError, match="swap_s"):
-        StepRow(**values)
+        step_row(**values)

@@ -1,6 +1,8 @@
-"""The contract every registered scheduler runs through (schedulers/registry.py): vllm,
-sglang, and the test-only double of tests/fcfs_double.py, which tests/conftest.py adds
-through the registry alone (its package and its entry: no YAML, no code in experiments/)."""
+"""The contract every registered scheduler runs through (schedulers/registry.py): the
+built-in ones (vllm, sglang, the example fcfs_reserve) and the test-only double of
+tests/fcfs_double.py, which tests/conftest.py adds through the registry alone (its package
+and its entry: no YAML, no code in experiments/). Nothing here names a scheduler to decide
+what to check: each entry's declared capabilities say it."""
 
 from __future__ import annotations
 
@@ -15,7 +17,14 @@ from conftest import build_scheduler_for, invariant_check_for, tiny_sim
 from engines.engine import Engine
 from experiments.run.build import build_scheduler
 from schedulers import registry
-from schedulers.contract import CapacityConfig, DecodeRunScheduler, Request, Scheduler
+from schedulers.contract import (
+    CapacityConfig,
+    DecodeRunScheduler,
+    Request,
+    Scheduler,
+    SwappingScheduler,
+)
+from schedulers.eviction import EvictionOptions
 
 CAPACITY = 512
 
@@ -41,9 +50,61 @@ def ipc(table: pa.Table) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def test_the_registry_holds_the_project_schedulers_and_the_double() -> None:
-    assert registry.names() == ("vllm", "sglang")  # what comparisons, sweeps and benches run
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = [n for n in registry.all_names() if not registry.get(n).test_only]
+
+
+def test_the_default_comparison_is_what_the_entries_declare() -> None:
+    assert registry.names() == tuple(n for n in SHIPPED
+                                     if registry.get(n).in_default_comparison)
+    assert registry.names()  # something to compare
     assert "fcfs_double" in registry.all_names()  # added by tests/conftest.py alone
+    assert "fcfs_double" not in registry.names()
+    for capability in registry.CAPABILITIES:
+        assert set(registry.names(capability)) <= set(registry.names())
+    with pytest.raises(ValueError, match="capability 'fast'"):
+        registry.names("fast")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_scheduler_has_its_yaml_and_its_upstreams_cases(name: str) -> None:
+    entry = registry.get(name)
+    yaml = ROOT / "conf" / "scheduler" / f"{name}.yaml"
+    assert yaml.is_file() and f"- base_{name}" in yaml.read_text()
+    cases = sorted((ROOT / "tests" / "conformance" / name).glob("*.ref.jsonl*"))
+    if entry.upstream is not None:
+        assert cases, f"{name} mirrors {entry.upstream} but has no conformance case"
+    else:
+        assert not cases, f"{name} declares no upstream, yet has conformance cases"
+
+
+@pytest.mark.parametrize("name", registry.all_names())
+def test_declared_capabilities_hold(name: str) -> None:
+    entry = registry.get(name)
+    sched = build_scheduler_for(name, CAPACITY)
+    # self_check: the check exists and passes on a fresh scheduler
+    check = entry.invariant_check(sched)
+    assert (check is not None) == entry.self_check
+    if check is not None:
+        check()
+    # page_field sets the built scheduler's page size
+    if entry.page_field is not None:
+        assert build_scheduler_for(name, CAPACITY, **{entry.page_field: 8}).page_size == 8
+    # evicts: the shared eviction options exist exactly then; one that never evicts does not
+    # evict under a burst that outgrows its pool
+    assert issubclass(entry.config_cls, EvictionOptions) == entry.evicts
+    _, steps = replay(sched, decode_runs=True, check=entry.self_check)
+    if not entry.evicts:
+        assert sum(steps.column("num_preempted").to_pylist()) == 0
+    # swaps: built with swap, it exposes its host pool; without, it refuses swap by name
+    if entry.swaps:
+        swapper = build_scheduler_for(name, CAPACITY, preemption_mode="swap",
+                                      host_kv_capacity_tokens=CAPACITY)
+        assert isinstance(swapper, SwappingScheduler) and swapper.host_pool is not None
+    elif entry.evicts:
+        with pytest.raises(ValueError, match=rf"scheduler \({name}\): preemption_mode='swap': "
+                                             "this scheduler does not swap"):
+            build_scheduler_for(name, CAPACITY, preemption_mode="swap")
 
 
 @pytest.mark.parametrize("name", registry.all_names())
@@ -90,6 +151,19 @@ def test_registration_checks_the_declared_capabilities() -> None:
         registry.register(dataclasses.replace(entry, name="bad", context_field="max_model_len"))
     with pytest.raises(ValueError, match=r"'vllm' is already registered"):
         registry.register(registry.get("vllm"))
+    with pytest.raises(TypeError, match=r"'bad': evicts=False but config_cls FcfsConfig "
+                                        "carries EvictionOptions"):
+        registry.register(dataclasses.replace(entry, name="bad", evicts=False))
+    example = registry.get("fcfs_reserve")
+    with pytest.raises(TypeError, match=r"'bad': evicts=True but config_cls "
+                                        "FcfsReserveConfig does not derive"):
+        registry.register(dataclasses.replace(example, name="bad", evicts=True))
+    with pytest.raises(ValueError, match=r"'bad': swaps=True needs evicts=True"):
+        registry.register(dataclasses.replace(example, name="bad", swaps=True))
+    with pytest.raises(ValueError, match=r"'bad': upstream and conformance go together"):
+        registry.register(dataclasses.replace(entry, name="bad", upstream="x 1.0"))
+    with pytest.raises(ValueError, match=r"'bad': page_field='block' is not a field"):
+        registry.register(dataclasses.replace(entry, name="bad", page_field="block"))
     assert "bad" not in registry.all_names()
 
 

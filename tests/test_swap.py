@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import PAGE_FIELD, TINY_HW, TINY_MODEL, build_scheduler_for, invariant_check_for
+from conftest import TINY_HW, TINY_MODEL, build_scheduler_for, invariant_check_for, page_field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +15,7 @@ from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from experiments.results.metrics import compute_metrics
 from schedulers import registry
-from schedulers.contract import Request, Scheduler, StepPlan, SwapOp
+from schedulers.contract import Request, Scheduler, StepPlan, SwapOp, SwappingScheduler
 from schedulers.host_pool import HostKVPool
 
 TINY, HW = TINY_MODEL, TINY_HW
@@ -72,7 +72,7 @@ KNOBS: dict[str, dict[str, object]] = {
 
 def build(kind: str, capacity: int, mode: str, host: int, page_size: int
           ) -> tuple[Scheduler, object]:
-    sched = build_scheduler_for(kind, capacity, **{PAGE_FIELD[kind]: page_size},
+    sched = build_scheduler_for(kind, capacity, **{page_field(kind): page_size},
                                 **KNOBS.get(kind, {}), preemption_mode=mode,
                                 host_kv_capacity_tokens=host)
     return sched, invariant_check_for(sched)
@@ -93,7 +93,7 @@ workloads = st.lists(
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(registry.names()), page_size=st.sampled_from([1, 4, 16]),
+@given(kind=st.sampled_from(registry.names("swaps")), page_size=st.sampled_from([1, 4, 16]),
        capacity_pages=st.integers(8, 16), host_tokens=st.sampled_from([0, 64, 256, 1024]),
        spec=workloads)
 def test_swap_ends_cleanly_with_recompute_outputs(kind: str, page_size: int,
@@ -122,7 +122,8 @@ def test_swap_ends_cleanly_with_recompute_outputs(kind: str, page_size: int,
     rec_reqs = runs["recompute"][1]
     assert [r.output_token_ids for r in reqs] == [r.output_token_ids for r in rec_reqs]
     # nothing held at the end: every host page free, every device slot free or cached
-    host = sched.host_pool  # type: ignore[attr-defined]
+    assert isinstance(sched, SwappingScheduler)
+    host = sched.host_pool
     assert host is not None and not host.swapped and not host.releasing
     assert len(host.free_pages) == host.num_pages
     stats = sched.stats()
@@ -144,9 +145,11 @@ def test_swap_ends_cleanly_with_recompute_outputs(kind: str, page_size: int,
 
 
 def test_some_random_case_swaps() -> None:
-    """The property above is not vacuous: a small pool under load does swap, on both."""
+    """The property above is not vacuous: a small pool under load does swap, on every
+    scheduler that declares swaps."""
     spec = [(0.0, 40 + 5 * i, 60, 60, False) for i in range(10)]
-    for kind in registry.names():
+    assert registry.names("swaps")
+    for kind in registry.names("swaps"):
         sched, check = build(kind, 256, "swap", 256, 1 if kind == "sglang" else 16)
         result = Engine(sched, SimExecutor(TINY, HW), make_requests(spec),
                         check=check).run()  # type: ignore[arg-type]

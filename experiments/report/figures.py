@@ -1,8 +1,8 @@
 """Paper-style figures of runs and sweeps: PNG and a vector PDF beside it, written atomically.
 
 One visual language for every figure:
-- a fixed colour per scheduler (`SCHEDULER_COLORS`: vLLM blue, SGLang orange), the same in
-  every figure, file and W&B run; jobs of one scheduler at several loads are shades of it
+- a fixed colour per scheduler (`SCHEDULER_COLORS`, from each registry entry: vLLM blue,
+  SGLang orange), the same in every figure, file and W&B run; jobs of one scheduler at several loads are shades of it
   (light: low load, dark: high load);
 - a line style and marker per series kind: victims solid with filled circles, the other
   requests dashed with open squares; further series (e.g. a second workload, recompute vs
@@ -41,14 +41,16 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from experiments.results.sinks import atomic_path
 from experiments.results.timeseries import Binned, bin_steps
+from schedulers import registry
 
 COLUMN_IN = 3.4   # one column of a two-column paper
 PAGE_IN = 7.0     # both columns
 DPI = 200
 
-SCHEDULER_COLORS = {"vllm": "#1f5fa8", "sglang": "#e0701b"}
+# Each scheduler's colour and display name, as its registry entry declares them.
+SCHEDULER_COLORS = {e.name: e.color for e in registry.entries() if e.color is not None}
 _OTHER_COLORS = ("#2b9348", "#8e44ad", "#7f5539", "#c9184a", "#555555")
-SCHEDULER_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+SCHEDULER_NAMES = {e.name: e.display_name for e in registry.entries()}
 # (line style, marker) per series of a further varied parameter, in order of appearance
 SERIES_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"))
 VICTIM_STYLE = {"ls": "-", "marker": "o", "mfc": None}        # filled with the line colour
@@ -76,7 +78,7 @@ PARAM_LABELS = {
 }
 # Display names of config values (legends, panel titles)
 VALUE_LABELS = {
-    "vllm": "vLLM", "sglang": "SGLang",
+    **SCHEDULER_NAMES,
     "azure_conv": "Azure conversation", "azure_code": "Azure code",
     "mooncake": "Mooncake", "mooncake_conversation": "Mooncake conversation",
     "synthetic": "synthetic", "shared_prefix": "shared prefix", "multi_turn": "multi-turn",

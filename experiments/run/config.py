@@ -30,6 +30,15 @@ from schedulers import registry
 from schedulers.eviction import EvictionOptions
 
 _MIRRORS: dict[type, type] = {}
+# The mirrored schemas by class name: pickle finds them through the module's `__getattr__`.
+_BY_NAME: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> type:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
@@ -38,8 +47,9 @@ def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
     """A plain (mutable) dataclass with the fields, types and defaults of dataclass `cls`,
     minus `drop`, plus `extra` (name, type, default) first and the fields in `last` last;
     fields in `optional` also accept null; required fields default to MISSING. Nested
-    dataclass types are mirrored too. The class lives in this module under `name`, so
-    configs that hold it pickle (the joblib launcher ships them to workers)."""
+    dataclass types are mirrored too. The class is found as this module's attribute `name`
+    (`__getattr__` below reads `_BY_NAME`), so configs that hold it pickle (the joblib
+    launcher ships them to workers)."""
     assert dataclasses.is_dataclass(cls)
     hints = typing.get_type_hints(cls)
     specs: list[tuple[str, Any, Any]] = []
@@ -65,7 +75,8 @@ def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
     out = dataclasses.make_dataclass(name, specs, kw_only=True)
     out.__module__ = __name__
     out.__doc__ = f"Config schema mirrored from {cls.__module__}.{cls.__qualname__}."
-    globals()[name] = out
+    if _BY_NAME.setdefault(name, out) is not out:
+        raise ValueError(f"config schema {name!r} is mirrored twice")
     _MIRRORS[cls] = out
     return out
 
@@ -207,8 +218,7 @@ def scheduler_schema(entry: registry.SchedulerEntry) -> type:
         cls_name = entry.config_cls.__name__
         optional = (entry.context_field,) if entry.context_field is not None else ()
         # the eviction options every scheduler shares (a base class) after its own fields
-        shared = [f.name for f in dataclasses.fields(EvictionOptions)] \
-            if issubclass(entry.config_cls, EvictionOptions) else []
+        shared = [f.name for f in dataclasses.fields(EvictionOptions)] if entry.evicts else []
         schema = mirror(entry.config_cls, f"{cls_name.removesuffix('Config')}Schema",
                         drop=(entry.capacity_field,), extra=[("name", str, entry.name)],
                         optional=optional, last=shared)
@@ -244,9 +254,11 @@ def register_configs() -> None:
     if _REGISTERED:
         return
     # `${schedulers:}`: the registry's schedulers as a sweep list ("vllm,sglang"), for presets
-    # that sweep every scheduler
-    OmegaConf.register_new_resolver("schedulers", lambda: ",".join(registry.names()),
-                                    replace=True)
+    # that sweep every scheduler; `${schedulers:evicts}` (or swaps, ...): only those that
+    # declare the capability, for presets that sweep eviction choices
+    OmegaConf.register_new_resolver(
+        "schedulers", lambda capability=None: ",".join(registry.names(capability or None)),
+        replace=True)
     cs.store(name="base_config", node=RunConfig)
     for name, schema in WORKLOAD_SCHEMAS.items():
         cs.store(group="workload", name=f"base_{name}", node=schema)

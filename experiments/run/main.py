@@ -138,17 +138,16 @@ def complete_result(out_dir: str | Path, digest: str) -> dict[str, Any] | None:
 
 
 def invariant_check(scheduler: Scheduler) -> SchedulerCheck:
-    """The per-step invariant check of `scheduler` (`check_invariants=true`): its registry
-    entry's, else its own `check_invariants()` (`SelfCheckingScheduler`)."""
+    """The per-step invariant check of `scheduler` (`check_invariants=true`), as its registry
+    entry declares it (`self_check`); a scheduler built from `scheduler.target`, with no
+    entry, is checked when it has a `check_invariants()` (`SelfCheckingScheduler`)."""
     entry = registry.find(scheduler.name)
-    if entry is not None and entry.check_invariants is not None:
-        return entry.check_invariants
-    if isinstance(scheduler, SelfCheckingScheduler):
-        own = scheduler.check_invariants
-        return lambda _s: own()
-    raise ValueError(f"check_invariants=true: scheduler {scheduler.name!r} has no invariant "
-                     "check (its registry entry's check_invariants, or a check_invariants() "
-                     "method)")
+    check = entry.invariant_check(scheduler) if entry is not None else (
+        scheduler.check_invariants if isinstance(scheduler, SelfCheckingScheduler) else None)
+    if check is None:
+        raise ValueError(f"check_invariants=true: scheduler {scheduler.name!r} declares no "
+                         "invariant check (its registry entry's self_check)")
+    return lambda _s: check()
 
 
 def validate_run_config(cfg: DictConfig) -> None:
@@ -447,7 +446,9 @@ def _sweep_identity(hc: Any, scheduler: str) -> tuple[str, str]:
     return str(hc.sweep.dir), run_name(overrides, swept_keys([], dict(params)), scheduler)
 
 
-@hydra.main(config_path="../../conf", config_name="config", version_base=None)
+# An absolute path: Hydra resolves a relative one against the calling module, which differs
+# between `python -m experiments.run` and the installed `schedbench-run`.
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
     """Run one job; print its summary (a single run) or one line (a job of a multirun)."""
     hc = HydraConfig.get()

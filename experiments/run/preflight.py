@@ -108,7 +108,7 @@ def explain_scheduler_keys(argv: Sequence[str], config_dir: str) -> str | None:
                   if ov.key_or_group in ("experiment",) and not ov.is_sweep_override()]
         schedulers = _configured_schedulers(config_dir, groups, multirun)
     fields = {name: {f.name for f in dataclasses.fields(SCHEDULER_SCHEMAS[name])}
-              for name in registry.names()}
+              for name in registry.all_names() if not registry.get(name).test_only}
     for key, arg in keys:
         owners = [s for s in fields if key in fields[s]]
         lacking = [s for s in dict.fromkeys(schedulers) if s in fields and key not in fields[s]]

@@ -1,0 +1,29 @@
+"""The SGLang scheduler's registry entry (schedulers/registry.py): how the harness builds it,
+what it may ask of it, and how its conformance cases replay SGLang's components."""
+
+from __future__ import annotations
+
+from schedulers.registry import SchedulerEntry, register
+from schedulers.sglang.config import SglangSchedulerConfig
+from schedulers.sglang.conformance import sglang_scheduler_from_conformance
+from schedulers.sglang.invariants import check_sglang_invariants
+from schedulers.sglang.scheduler import SglangScheduler
+
+
+def _context_length(scheduler: SglangScheduler) -> int | None:
+    return scheduler.config.context_length
+
+
+def _request_limit(scheduler: SglangScheduler) -> int:
+    return scheduler.config.max_req_len
+
+
+ENTRY = register(SchedulerEntry(
+    name="sglang", config_cls=SglangSchedulerConfig, build=SglangScheduler,
+    capacity_field="max_total_tokens", context_field="context_length",
+    context_length=_context_length, request_limit=_request_limit,
+    evicts=True, swaps=True, page_field="page_size", self_check=True,
+    check_invariants=check_sglang_invariants,
+    upstream="sglang 0.5.22", label="SGLang", color="#e0701b",
+    conformance=sglang_scheduler_from_conformance,
+))

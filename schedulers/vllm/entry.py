@@ -1,0 +1,29 @@
+"""The vLLM scheduler's registry entry (schedulers/registry.py): how the harness builds it,
+what it may ask of it, and how its conformance cases replay the real vLLM."""
+
+from __future__ import annotations
+
+from schedulers.registry import ConformanceRules, SchedulerEntry, register
+from schedulers.vllm.config import VllmSchedulerConfig
+from schedulers.vllm.conformance import vllm_scheduler_from_conformance
+from schedulers.vllm.invariants import check_vllm_invariants
+from schedulers.vllm.scheduler import VllmScheduler
+
+
+def _context_length(scheduler: VllmScheduler) -> int:
+    return scheduler.max_model_len
+
+
+ENTRY = register(SchedulerEntry(
+    name="vllm", config_cls=VllmSchedulerConfig, build=VllmScheduler,
+    capacity_field="num_blocks", context_field="max_model_len",
+    context_length=_context_length, request_limit=_context_length,
+    evicts=True, swaps=True, page_field="block_size", self_check=True,
+    check_invariants=check_vllm_invariants,
+    upstream="vllm 0.32.0", label="vLLM", color="#1f5fa8",
+    conformance=vllm_scheduler_from_conformance,
+    # the vLLM oracle sorts arrivals, loops while `has_requests()` (true for one more step
+    # after a finish) and keeps preempted ids in a set (docs/CONFORMANCE.md)
+    conformance_rules=ConformanceRules(sort_arrivals=True, flush_finished=True,
+                                       preempted_as_set=True),
+))

@@ -82,17 +82,22 @@ class TraceRecord:
 
 def _integer(raw: object) -> int | None:
     """The integer `raw` holds (an int, an integral float, or its text), else None."""
+    if isinstance(raw, str):
+        return _integer_text(raw)
     if isinstance(raw, bool):
         return None
     if isinstance(raw, int):
         return raw
     if isinstance(raw, float):
         return int(raw) if raw.is_integer() else None
-    if isinstance(raw, str):
-        m = _INTEGER_TEXT.fullmatch(raw.strip())
-        if m is not None:
-            return int(m.group(1) + m.group(2)[:_MAX_DIGITS])
     return None
+
+
+def _integer_text(text: str) -> int | None:
+    if len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit():
+        return int(text)  # the common case, first: a trace has millions of cells
+    m = _INTEGER_TEXT.fullmatch(text.strip())
+    return None if m is None else int(m.group(1) + m.group(2)[:_MAX_DIGITS])
 
 
 def positive_int(path: str | Path, line: int | None, field: str, raw: object, *,

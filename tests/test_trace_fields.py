@@ -53,9 +53,21 @@ def test_azure_columns_are_read_by_name_not_position(tmp_path: Path) -> None:
 def test_a_repeated_column_is_refused(tmp_path: Path) -> None:
     p = tmp_path / "l.csv"
     p.write_text("input_length,output_length,input_length\n1,2,3\n")
-    with pytest.raises(TraceError, match=r"l\.csv:1: header repeats column\(s\) "
+    with pytest.raises(TraceError, match=r"l\.csv:1: header \[.*\] repeats column\(s\) "
                                          r"\['input_length'\]"):
         lengths_workload(tmp_path, "l.csv")
+
+
+def test_another_header_is_named_and_a_byte_order_mark_is_no_fault(tmp_path: Path) -> None:
+    p = tmp_path / "a.csv"
+    p.write_text(f"TIMESTAMP,Context,GeneratedTokens\n{AZURE_ROWS[0]},5,3\n")
+    with pytest.raises(TraceError, match=r"a\.csv:1: header \['TIMESTAMP', 'Context', "
+                                         r"'GeneratedTokens'\] lacks column\(s\) "
+                                         r"\['ContextTokens'\]"):
+        list(read_trace("azure", p))
+    p.write_text(f"\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\n{AZURE_ROWS[0]},5,3\n",
+                 encoding="utf-8")
+    assert [r.input_length for r in read_trace("azure", p)] == [5]
 
 
 # item 2

@@ -135,12 +135,12 @@ def check_trace_time(path: str | Path, line: int, field: str, raw: object, ms: f
 
 
 def text_lines(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file, decoded one by one so that a bad byte is reported
-    with its line."""
+    """The lines of a UTF-8 text file (a leading byte-order mark dropped), decoded one by one
+    so that a bad byte is reported with its line."""
     with open(path, "rb") as f:
         for line, raw in enumerate(f, 1):
             try:
-                yield raw.decode("utf-8")
+                yield raw.decode("utf-8-sig" if line == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise TraceError(path, line, None, None,
                                  f"is not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
@@ -172,12 +172,12 @@ def _check_header(path: Path, header: list[str], expected: Iterable[str],
     repeated = sorted({f for f in header if header.count(f) > 1})
     if missing:
         raise TraceError(path, 1, None, None,
-                         f"header lacks column(s) {missing}; expected {expected}")
+                         f"header {header} lacks column(s) {missing}; expected {expected}")
     if extra:
-        raise TraceError(path, 1, None, None,
-                         f"header has unexpected column(s) {extra}; expected {expected}")
+        raise TraceError(path, 1, None, None, f"header {header} has unexpected column(s) "
+                                              f"{extra}; expected {expected}")
     if repeated:
-        raise TraceError(path, 1, None, None, f"header repeats column(s) {repeated}")
+        raise TraceError(path, 1, None, None, f"header {header} repeats column(s) {repeated}")
 
 
 def csv_rows(path: str | Path, columns: Iterable[str], only: bool = True

@@ -231,20 +231,20 @@ def parquet_rows(path: str | Path, columns: Iterable[str]
     import pyarrow.parquet as pq
 
     path = Path(path)
-    columns = list(columns)
+    columns = list(dict.fromkeys(columns))
     try:
-        f = pq.ParquetFile(path)
-        names = f.schema_arrow.names
-        missing = [c for c in columns if c not in names]
-        if missing:
-            raise TraceError(path, None, None, None,
-                             f"lacks column(s) {missing}; columns: {names}")
-        row = 0
-        for batch in f.iter_batches(columns=columns):
-            values = [batch.column(c).to_pylist() for c in columns]
-            for cells in zip(*values, strict=True):
-                row += 1
-                yield row, dict(zip(columns, cells, strict=True))
+        with pq.ParquetFile(path) as f:
+            names = f.schema_arrow.names
+            missing = [c for c in columns if c not in names]
+            if missing:
+                raise TraceError(path, None, None, None,
+                                 f"lacks column(s) {missing}; columns: {names}")
+            row = 0
+            for batch in f.iter_batches(columns=columns):
+                values = [batch.column(c).to_pylist() for c in columns]
+                for cells in zip(*values, strict=True):
+                    row += 1
+                    yield row, dict(zip(columns, cells, strict=True))
     except (pa.ArrowException, OSError) as e:
         raise TraceError(path, None, None, None, f"is not a readable parquet file ({e})"
                          ) from None

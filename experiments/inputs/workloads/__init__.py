@@ -6,8 +6,8 @@ when pulled) and `build_workload(cfg, seed)` (the whole list) dispatch on `cfg["
 - `shared_prefix`: SGLang's generated shared-prefix benchmark (`shared_prefix.py`);
 - `multi_turn`: conversations that grow a shared history (`multi_turn.py`);
 - `azure`, `mooncake`: real trace replays (`replay.py`);
-- `lengths`: a length-only dataset through Hugging Face `datasets`, with synthetic arrivals
-  (`datasets_source.py`);
+- `lengths`: a length-only file (CSV, JSON lines, parquet), or a JSON file or a Hugging Face
+  dataset through `datasets`, with synthetic arrivals (`datasets_source.py`);
 - `prompts`: real text questions for a real model, tokenized with its chat template
   (`prompts.py`).
 Trace workloads share the transforms of `transforms.py` (time window, first N, prompt-length

@@ -1,4 +1,4 @@
-"""Length-only workloads loaded through Hugging Face `datasets`, paired with synthetic arrivals.
+"""Length-only workloads from local files or Hugging Face `datasets`, with synthetic arrivals.
 
 `file` is a local CSV, JSON, JSON-lines or parquet file (relative to `trace_dir`), or
 `hf:<dataset name>` for a hub dataset (a ShareGPT dump, say; needs internet the first time,
@@ -8,21 +8,32 @@ Two row formats:
 - `sharegpt`: a `conversations` list whose first two turns are the prompt and the answer
   (`value` or `content` text); tokens are counted with the Hugging Face tokenizer named by
   `tokenizer`, or, when it is null, as whitespace-separated words (a rough stand-in).
-Rows are validated as they are read; a bad one raises `TraceError` naming the file, the line
-(CSV and JSON lines; the row number otherwise), the field and the value. Arrivals are Poisson
-or gamma at `request_rate`; then the usual transforms apply; prompts are seeded random ids.
+CSV, JSON-lines and parquet files are read here (`experiments.inputs.traces`' row readers),
+every row of them checked before the run, even past `max_requests`: a bad one raises
+`TraceError` naming the file, the line (blank lines counted; the row of a parquet file), the
+field and the value as written. JSON files and hub datasets go through `datasets` (rows
+named by number, read up to `max_requests`). Arrivals are Poisson or gamma at
+`request_rate`; then the usual transforms apply; prompts are seeded random ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.inputs.traces import MAX_TRACE_TOKENS, TraceError, TraceRecord, text_lines
+from experiments.inputs.traces import (
+    TraceError,
+    TraceRecord,
+    csv_rows,
+    json_lines,
+    parquet_rows,
+    positive_int,
+    text_lines,
+)
 from experiments.inputs.workloads.arrivals import arrival_times, check_rate
 from experiments.inputs.workloads.parse import parse_params
 from experiments.inputs.workloads.replay import random_prompts, request_stream, trace_path
@@ -31,8 +42,13 @@ from experiments.inputs.workloads.transforms import ReplayOptions, select_record
 from schedulers.contract import Request
 
 FORMATS = ("lengths", "sharegpt")
-_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+SUFFIXES = (".csv", ".json", ".jsonl", ".parquet")
 HUB_PREFIX = "hf:"
+SHAREGPT_COLUMN = "conversations"
+
+# Where a row is: (line of a text file, row number from 1); one of them is None.
+Place = tuple[int | None, int | None]
+Rows = Iterator[tuple[Place, Mapping[str, Any]]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,48 +75,67 @@ class LengthsWorkload(ReplayOptions):
         check_rate("workload", self.request_rate, self.burstiness)
 
 
-def _open(w: LengthsWorkload) -> tuple[str, Any, Callable[[int], int | None]]:
-    """The source's display name, the `datasets` rows, and row index -> line number."""
-    import datasets  # heavy: imported only for this workload
+def _columns(w: LengthsWorkload) -> tuple[str, ...]:
+    """The columns a row of the workload's format needs."""
+    return (w.input_column, w.output_column) if w.format == "lengths" else (SHAREGPT_COLUMN,)
 
-    if w.file.startswith(HUB_PREFIX):
-        name = w.file[len(HUB_PREFIX):]
-        ds = datasets.load_dataset(name, data_files=w.data_files, split=w.split,
-                                   streaming=w.streaming, cache_dir=w.cache_dir)
-        return w.file, ds, lambda _i: None
-    path = trace_path(w.trace_dir, w.file)
-    builder = _BUILDERS.get(path.suffix)
-    if builder is None:
-        raise TraceError(path, None, None, None, f"has suffix {path.suffix!r}; valid: "
-                         f"{', '.join(_BUILDERS)} (or use hf:<dataset name>)")
+
+def _numbered(rows: Iterable[Mapping[str, Any]]) -> Rows:
+    return (((None, i), row) for i, row in enumerate(rows, 1))
+
+
+def _local_rows(path: Path, w: LengthsWorkload) -> Rows:
+    """The rows of a CSV, JSON-lines or parquet file, read here with exact places."""
+    if path.suffix == ".csv":
+        return (((line, None), row) for line, row in csv_rows(path, _columns(w), only=False))
+    if path.suffix == ".jsonl":
+        return (((line, None), row) for line, row in json_lines(path))
+    return (((None, row), cells) for row, cells in parquet_rows(path, _columns(w)))
+
+
+def _hub_rows(w: LengthsWorkload) -> Rows:
+    """The rows of a hub dataset, through `datasets`."""
+    import datasets  # heavy: imported only for these sources
+
+    ds = datasets.load_dataset(w.file[len(HUB_PREFIX):], data_files=w.data_files,
+                               split=w.split, streaming=w.streaming, cache_dir=w.cache_dir)
+    return _numbered(ds)
+
+
+def _json_file_rows(path: Path, w: LengthsWorkload) -> Rows:
+    """The rows of a local JSON file (a list of objects, or JSON lines), through `datasets`."""
+    import datasets
+
     _check_has_rows(path)
     try:
-        ds = datasets.load_dataset(builder, data_files=str(path), split="train",
+        ds = datasets.load_dataset("json", data_files=str(path), split="train",
                                    streaming=w.streaming, cache_dir=w.cache_dir)
     except Exception as e:
         cause = e.__cause__ or e.__context__ or e
-        raise TraceError(path, None, None, None, f"could not be read as {builder} "
+        raise TraceError(path, None, None, None, f"could not be read as json "
                          f"({type(cause).__name__}: {cause})") from e
-    if path.suffix == ".csv":
-        return str(path), ds, lambda i: i + 2  # after the header
-    if path.suffix == ".jsonl":
-        return str(path), ds, lambda i: i + 1
-    return str(path), ds, lambda _i: None
+    return _numbered(ds)
+
+
+def _open(w: LengthsWorkload) -> tuple[str, Rows, bool]:
+    """The source's display name, its rows, and whether every row is to be checked (a
+    file read here) rather than only those up to the limit."""
+    if w.file.startswith(HUB_PREFIX):
+        return w.file, _hub_rows(w), False
+    path = trace_path(w.trace_dir, w.file)
+    if path.suffix not in SUFFIXES:
+        raise TraceError(path, None, None, None, f"has suffix {path.suffix!r}; valid: "
+                         f"{', '.join(SUFFIXES)} (or use hf:<dataset name>)")
+    if path.suffix == ".json":
+        return str(path), _json_file_rows(path, w), False
+    return str(path), _local_rows(path, w), True
 
 
 def _check_has_rows(path: Path) -> None:
-    """Refuse an empty file, a CSV with a header and no row, or bytes that are not UTF-8
-    (naming the line) before `datasets` does with a message that names neither."""
-    lines = 0
-    for text in text_lines(path):
-        if text.strip():
-            lines += 1
-    if lines >= 2:
-        return
-    if lines == 0:
+    """Refuse an empty file, or bytes that are not UTF-8 (naming the line), before
+    `datasets` does with a message that names neither."""
+    if not any(text.strip() for text in text_lines(path)):
         raise TraceError(path, None, None, None, "is empty")
-    if path.suffix == ".csv":
-        raise TraceError(path, None, None, None, "has a header but no rows")
 
 
 def _count_tokens(tokenizer: str | None) -> Callable[[str], int]:
@@ -112,58 +147,54 @@ def _count_tokens(tokenizer: str | None) -> Callable[[str], int]:
     return lambda text: len(tok(text).input_ids)
 
 
-def _positive(src: str, line: int | None, row: int, field: str, raw: object) -> int:
-    def err(why: str) -> TraceError:
-        return TraceError(src, line, field, raw, why if line is not None else f"(row {row}) "
-                          + why)
+def _row_lengths(src: str, place: Place, row: Mapping[str, Any], w: LengthsWorkload
+                 ) -> tuple[int, int]:
+    """The checked (input, output) lengths of a `lengths` row."""
+    line, number = place
+    for col in (w.input_column, w.output_column):
+        if col not in row:
+            raise TraceError(src, line, None, None, f"has no column {col!r}; columns: "
+                             f"{sorted(row)}", row=number)
+    return (positive_int(src, line, w.input_column, row[w.input_column], row=number),
+            positive_int(src, line, w.output_column, row[w.output_column], row=number))
 
-    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise err("is not an integer")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise err("is not an integer") from None
-    if not value.is_integer():
-        raise err("is not an integer")
-    if value <= 0:
-        raise err("must be positive")
-    if value > MAX_TRACE_TOKENS:
-        raise err(f"is beyond any model's context (more than {MAX_TRACE_TOKENS:,} tokens)")
-    return int(value)
+
+def _conversation_lengths(src: str, place: Place, row: Mapping[str, Any],
+                          count: Callable[[str], int]) -> tuple[int, int] | None:
+    """The counted (prompt, answer) tokens of a `sharegpt` row; None for a row without both
+    (skipped, as vLLM's ShareGPT sampler does)."""
+    conv = row.get(SHAREGPT_COLUMN)
+    if not isinstance(conv, list) or len(conv) < 2:
+        return None
+    texts = [t.get("value", t.get("content")) if isinstance(t, dict) else None
+             for t in conv[:2]]
+    if not all(isinstance(t, str) for t in texts):
+        line, number = place
+        raise TraceError(src, line, SHAREGPT_COLUMN, str(conv[:2])[:80],
+                         "first two turns need a 'value' or 'content' text", row=number)
+    n_in, n_out = count(str(texts[0])), count(str(texts[1]))
+    return (n_in, n_out) if n_in >= 1 and n_out >= 1 else None
 
 
 def read_lengths(w: LengthsWorkload, limit: int | None = None) -> Iterator[TraceRecord]:
-    """Validated (input, output) lengths of the source's rows (arrival 0), at most `limit`."""
-    src, ds, line_of = _open(w)
+    """Validated (input, output) lengths of the source's rows (arrival 0), at most `limit`;
+    the rows of a local file past the limit are still checked (not tokenized)."""
+    src, rows, check_all = _open(w)
     count = _count_tokens(w.tokenizer) if w.format == "sharegpt" else None
     n = 0
     try:
-        rows = iter(ds)
-        for i, row in enumerate(rows):
+        for place, row in rows:
             if limit is not None and n >= limit:
-                return
-            line = line_of(i)
-            if count is None:
-                for col in (w.input_column, w.output_column):
-                    if col not in row:
-                        raise TraceError(src, line, None, None, f"has no column {col!r}; "
-                                         f"columns: {sorted(row)}")
-                n_in = _positive(src, line, i, w.input_column, row[w.input_column])
-                n_out = _positive(src, line, i, w.output_column, row[w.output_column])
-            else:
-                conv = row.get("conversations")
-                if not isinstance(conv, list) or len(conv) < 2:
-                    continue  # as vLLM's ShareGPT sampler: needs a prompt and an answer
-                texts = [t.get("value", t.get("content")) if isinstance(t, dict) else None
-                         for t in conv[:2]]
-                if not all(isinstance(t, str) for t in texts):
-                    raise TraceError(src, line, "conversations", str(conv[:2])[:80],
-                                     "first two turns need a 'value' or 'content' text")
-                n_in, n_out = count(str(texts[0])), count(str(texts[1]))
-                if n_in < 1 or n_out < 1:
-                    continue
-            n += 1
-            yield TraceRecord(0.0, n_in, n_out)
+                if not check_all:
+                    return
+                if count is None:
+                    _row_lengths(src, place, row, w)
+                continue
+            lengths = (_row_lengths(src, place, row, w) if count is None
+                       else _conversation_lengths(src, place, row, count))
+            if lengths is not None:
+                n += 1
+                yield TraceRecord(0.0, *lengths)
     except TraceError:
         raise
     except Exception as e:  # datasets / pyarrow parse errors

@@ -2,12 +2,14 @@
 
 `LengthDist` is a frozen dataclass that config mappings turn into (`LengthDist.from_mapping`);
 `sample(rng, n)` draws `n` integer lengths. `dist: file` draws from the lengths recorded in a
-trace file (an Azure CSV, a Mooncake JSONL or a length-only CSV; `column` picks prompt or
-output lengths), so a generator can take a real length mix with synthetic arrivals.
+trace file (an Azure CSV, a Mooncake JSONL or a length-only CSV or parquet file; `column`
+picks prompt or output lengths), so a generator can take a real length mix with synthetic
+arrivals.
 """
 
 from __future__ import annotations
 
+import csv
 import functools
 import math
 from collections.abc import Mapping
@@ -31,13 +33,16 @@ FILE_COLUMNS = ("input_length", "output_length")
 
 def trace_kind_of(path: str | Path) -> str:
     """The reader a trace file needs, from its name and header: `mooncake` for JSON lines,
-    `azure` for a CSV whose header starts with TIMESTAMP, else `lengths`."""
+    `lengths` for parquet, `azure` for a CSV whose header names TIMESTAMP, else `lengths`."""
     p = Path(path)
     if p.suffix == ".jsonl":
         return "mooncake"
-    with open(p, newline="") as f:
-        head = f.readline()
-    return "azure" if head.strip().startswith("TIMESTAMP") else "lengths"
+    if p.suffix == ".parquet":
+        return "lengths"
+    with open(p, "rb") as f:  # bytes: a bad one is for the reader to report, with its line
+        head = f.readline().decode("utf-8", errors="replace")
+    header = next(csv.reader([head]), [])
+    return "azure" if "TIMESTAMP" in [h.strip() for h in header] else "lengths"
 
 
 @functools.lru_cache(maxsize=16)

@@ -125,7 +125,7 @@ def test_sigkill_mid_run_leaves_no_result(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    names = {p.name for p in out.iterdir()} - {".hydra", "run.log", "experiments.run.main.log",
+    names = {p.name for p in out.iterdir()} - {".hydra", "run.log", "experiments.run.log",
                                                  ".schedbench.lock"}
     assert not {"summary.json", "requests.parquet", "steps.parquet"} & names, names
     assert all(TMP_NAME.match(n) for n in names), names

@@ -111,6 +111,8 @@ def explain_scheduler_keys(argv: Sequence[str], config_dir: str) -> str | None:
               for name in registry.all_names() if not registry.get(name).test_only}
     for key, arg in keys:
         owners = [s for s in fields if key in fields[s]]
+        compared = [s for s in owners if s in registry.names()]
+        owners = compared or owners  # the default comparison's first: the likely meaning
         lacking = [s for s in dict.fromkeys(schedulers) if s in fields and key not in fields[s]]
         if not lacking:
             continue

@@ -2,8 +2,8 @@
 
 One visual language for every figure:
 - a fixed colour per scheduler (`SCHEDULER_COLORS`, from each registry entry: vLLM blue,
-  SGLang orange), the same in every figure, file and W&B run; jobs of one scheduler at several loads are shades of it
-  (light: low load, dark: high load);
+  SGLang orange), the same in every figure, file and W&B run; jobs of one scheduler at
+  several loads are shades of it (light: low load, dark: high load);
 - a line style and marker per series kind: victims solid with filled circles, the other
   requests dashed with open squares; further series (e.g. a second workload, recompute vs
   swap) by line style and marker (`SERIES_STYLES`);

@@ -35,8 +35,12 @@ class ComparisonCallback(Callback):
         self.load_param = load_param
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Write the invocation's sweep.json (a new W&B group, the swept keys)."""
+        """Guard the workers (`experiments.run.orphan_guard`), then write the invocation's
+        sweep.json (a new W&B group, the swept keys)."""
+        from experiments.run.orphan_guard import guard_sweep_workers
         from experiments.run.sweep_info import SweepInfo, swept_keys, write_sweep_info
+
+        guard_sweep_workers()  # before the launcher starts any worker
 
         params = OmegaConf.to_container(config.hydra.sweeper.get("params") or {})
         swept = swept_keys(list(config.hydra.overrides.task),

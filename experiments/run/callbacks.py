@@ -1,6 +1,7 @@
-"""Hydra callbacks. `ComparisonCallback` starts and closes a multirun: it writes the
-invocation's `sweep.json` (W&B group, swept keys) when the multirun starts, and the sweep's
-comparison (and, with `logger=wandb`, the sweep's W&B run) when it ends.
+"""Hydra callbacks. `ComparisonCallback` starts and closes a multirun: it checks the sweep
+folder and guards the workers, writes the invocation's `sweep.json` (W&B group, swept keys)
+when the multirun starts, and the sweep's comparison (and, with `logger=wandb`, the sweep's
+W&B run) when it ends. Before a single run it checks the run's folder.
 
 Registered in conf/config.yaml under `hydra.callbacks.comparison`; its fields can be set
 there or from the command line (`hydra.callbacks.comparison.figures=false`).
@@ -9,6 +10,8 @@ there or from the command line (`hydra.callbacks.comparison.figures=false`).
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +37,23 @@ class ComparisonCallback(Callback):
         self.print_table = print_table
         self.load_param = load_param
 
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Refuse, before Hydra writes into it, a run folder that a run must not write into
+        (`experiments.results.job_folder.refuse_unsafe_folder`)."""
+        from experiments.results.job_folder import refuse_unsafe_folder
+
+        _refuse_or_exit(refuse_unsafe_folder, Path(str(config.hydra.run.dir)))
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Guard the workers (`experiments.run.orphan_guard`), then write the invocation's
-        sweep.json (a new W&B group, the swept keys)."""
+        """Refuse an unsafe sweep folder before Hydra or a job writes into it
+        (`experiments.results.job_folder.refuse_unsafe_sweep`), guard the workers
+        (`experiments.run.orphan_guard`), then write the invocation's sweep.json (a new W&B
+        group, the swept keys)."""
+        from experiments.results.job_folder import refuse_unsafe_sweep
         from experiments.run.orphan_guard import guard_sweep_workers
         from experiments.run.sweep_info import SweepInfo, swept_keys, write_sweep_info
 
+        _refuse_or_exit(refuse_unsafe_sweep, Path(str(config.hydra.sweep.dir)))
         guard_sweep_workers()  # before the launcher starts any worker
 
         params = OmegaConf.to_container(config.hydra.sweeper.get("params") or {})
@@ -69,6 +83,16 @@ class ComparisonCallback(Callback):
             print(f"\n{title}: {len(jobs)} jobs in {sweep_dir}")
             print(terminal_summary(jobs))
             print("wrote " + ", ".join(p.name for p in paths.values()))
+
+
+def _refuse_or_exit(check: Callable[[Path], None], folder: Path) -> None:
+    """Run `check` on `folder`; exit with its one-line reason when it refuses."""
+    from experiments.results.job_folder import FolderBusyError, UnsafeFolderError
+
+    try:
+        check(folder)
+    except (UnsafeFolderError, FolderBusyError) as e:
+        sys.exit(f"error: {e}")
 
 
 def _log_sweep_run(config: DictConfig, sweep_dir: Path, paths: dict[str, Path]) -> None:

@@ -249,6 +249,16 @@ def is_job_folder(d: Path) -> bool:
         (d / n).exists() for n in (SUMMARY_FILE, MARKER_FILE, ".hydra", LOCK_FILE))
 
 
+def job_folders(root: str | Path) -> list[Path]:
+    """The job folders of a sweep folder `root` (by name), or `[root]` when `root` is itself
+    a job folder (holding none)."""
+    d = Path(root)
+    if not d.is_dir():
+        return []
+    inside = sorted(p for p in d.iterdir() if is_job_folder(p))
+    return inside or ([d] if is_job_folder(d) else [])
+
+
 def refuse_unsafe_sweep(sweep_dir: str | Path) -> None:
     """`refuse_unsafe_folder` for a sweep before it starts: a link planted where the sweep
     writes, and in every job folder already in it (a resumed sweep) a planted link or another

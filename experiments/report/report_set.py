@@ -51,9 +51,10 @@ def retract_report(out_dir: str | Path) -> list[Path]:
     """Withdraw the set in `out_dir`: its marker first, then the files it lists (never other
     files); returns what was removed."""
     d = Path(out_dir)
-    marker = _read_marker(d)
+    marker = _read_marker(d) or {}
+    listed = marker.get("files") if marker.get("format") == REPORT_FORMAT else None
     removed = []
-    for name in [REPORT_MARKER, *(marker or {}).get("files", {})]:
+    for name in [REPORT_MARKER, *(listed if isinstance(listed, dict) else {})]:
         p = d / Path(str(name)).name  # a marker names files of its own folder only
         with contextlib.suppress(FileNotFoundError):
             os.unlink(p)

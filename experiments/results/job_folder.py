@@ -304,7 +304,7 @@ class JobLock:
         """Take the lock or raise `FolderBusyError` at once."""
         self.dir.mkdir(parents=True, exist_ok=True)
         try:  # never through a link planted at the lock's name
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError as e:
             if e.errno == errno.ELOOP:
                 raise UnsafeFolderError(

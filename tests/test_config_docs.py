@@ -47,3 +47,17 @@ def test_run_help_prints_the_reference() -> None:
     assert "== Configuration groups ==" in proc.stdout
     assert "# Configuration reference" in proc.stdout
     assert "| `workload.rate_scale` |" in proc.stdout
+
+
+def test_scheduler_target_is_documented_as_running_code() -> None:
+    """Issue 24, item 13: `scheduler.target` imports and calls what a config names; the
+    reference and the README say so, as for Hydra's `_target_`."""
+    text = generate()
+    scheduler = text.split("## `scheduler`", 1)[1].split("\n## ", 1)[0]
+    assert "**Runs code named in the config**: `+scheduler.target=package.module:factory`" \
+        in scheduler
+    assert "Hydra's `_target_`" in scheduler and "trust" in scheduler
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert ("`+scheduler.target=package.module:factory` imports that module and calls "
+            "`factory(kv_capacity_tokens, **the other scheduler keys)`. This runs code named "
+            "in a config, as Hydra's `_target_` does") in readme

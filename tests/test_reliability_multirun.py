@@ -44,7 +44,29 @@ def test_a_failing_job_is_recorded_and_the_others_run(tmp_path: Path) -> None:
     md = (sweep / "comparison.md").read_text()
     assert "| failed | ValueError: vllm scheduler: kv_capacity_tokens=1000" in md
     assert "Error" in (sweep / "side_by_side.md").read_text()
+    assert proc.stdout.strip().splitlines()[-1] == (  # said last (issue 25, item 2)
+        "1 of 3 jobs failed; first: job 1: ValueError: vllm scheduler: kv_capacity_tokens=1000 "
+        "is not a multiple of block_size=16")
 
     # on_error=fail (the default): the sweep fails, with the error
     proc = multirun(tmp_path / "strict", "scheduler=vllm", "kv_capacity_tokens=1000")
     assert proc.returncode != 0 and "not a multiple of block_size=16" in proc.stderr
+
+
+def test_a_sweep_whose_every_job_failed_exits_non_zero_and_draws_nothing(tmp_path: Path
+                                                                        ) -> None:
+    """Issue 25, item 2: no job completed, so there is no result: the sweep exits non-zero
+    (even with on_error=record) saying so last, its table gives each job's status, and no
+    figure is drawn from the failed jobs."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.run", "-m", f"hydra.sweep.dir={sweep}", *TINY,
+         "scheduler=vllm", "kv_capacity_tokens=1000,1001", "on_error=record"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, env={**os.environ, "CI": "1"})
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: 2 of 2 jobs failed; first: job 0: ValueError: vllm scheduler: "
+        "kv_capacity_tokens=1000 is not a multiple of block_size=16")
+    assert "| Status | failed | failed |" in (sweep / "side_by_side.md").read_text()
+    assert "2 of 2 jobs failed" in (sweep / "comparison.md").read_text()
+    assert not list(sweep.glob("*.png")) and not list(sweep.glob("*.pdf"))

@@ -23,8 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from experiments.report.tables import Job, comparison_frame, load_job, load_sweep, varied_params
-from experiments.results.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE
+from experiments.report.tables import Job, comparison_frame, load_sweep, varied_params
+from experiments.results.sinks import REQUESTS_FILE, STEPS_FILE
 
 
 @dataclass
@@ -36,16 +36,6 @@ class Results:
     requests: pd.DataFrame
     steps: pd.DataFrame
     params: list[str]
-
-
-def _jobs(path: Path) -> list[Job]:
-    if (path / SUMMARY_FILE).is_file():  # one job folder
-        try:
-            num = int(path.name)
-        except ValueError:
-            num = 0
-        return [load_job(path, num)]
-    return load_sweep(path)
 
 
 def _frame(table: pa.Table, list_columns: bool) -> pd.DataFrame:
@@ -92,7 +82,7 @@ def load(path: str | Path, *, requests: bool = True, steps: bool = True,
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"analysis.load: {root} is not a folder")
-    jobs = _jobs(root)
+    jobs = load_sweep(root)  # a sweep, or one job folder
     params = varied_params(jobs) if len(jobs) > 1 else list(jobs[0].overrides)
     params = [p for p in params if p != "scheduler"]
     frame = comparison_frame(jobs, params)

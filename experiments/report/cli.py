@@ -1,5 +1,7 @@
 """`python -m experiments.report` (and `schedbench-report`): the report of one sweep folder,
-or the comparison of two."""
+or the comparison of two. A report set that no longer matches its job folders (stale, or
+cut off while being written: `experiments.report.report_set`) is said so and written anew;
+`--check` only says whether it matches (exit 1 when not)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,13 @@ import argparse
 from collections.abc import Sequence
 
 from experiments.report.compare import write_comparison
-from experiments.report.tables import load_sweep, terminal_summary, write_report
+from experiments.report.report_set import report_state
+from experiments.report.tables import (
+    failed_jobs_line,
+    load_sweep,
+    terminal_summary,
+    write_report,
+)
 
 DESCRIPTION = "Tables and figures of a sweep folder, or the comparison of two sweeps."
 
@@ -26,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--no-figures", action="store_true")
     ap.add_argument("--columns", default="",
                     help="comma-separated metrics for headline.csv/.md")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing: say whether the report set in the folder (its "
+                         "report.json) matches the job folders now; exit 1 when it does not")
     ap.add_argument("--labels", default="",
                     help="with two sweeps: their names in tables and legends, A,B")
     args = ap.parse_args(argv)
@@ -41,9 +52,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("wrote " + ", ".join(str(p) for p in paths.values()))
         return
     sweep_dir = args.sweep_dir[0]
+    state = report_state(sweep_dir, args.out)
+    if args.check:
+        print(f"report in {args.out or sweep_dir}: {state.state}"
+              + (f" ({state.reason})" if state.state != "ok" else ""))
+        raise SystemExit(0 if state.state == "ok" else 1)
+    if state.state in ("incomplete", "stale"):
+        print(f"the report in {args.out or sweep_dir} was {state.state} ({state.reason}): "
+              "writing it anew")
     columns = [c for c in args.columns.split(",") if c]
     paths = write_report(sweep_dir, args.out, not args.no_figures, args.load_param,
                          args.title, columns or None)
-    print(terminal_summary(load_sweep(sweep_dir)))
+    jobs = load_sweep(sweep_dir)
+    print(terminal_summary(jobs))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
+    failed = failed_jobs_line(jobs)
+    if failed:
+        print(failed)
 

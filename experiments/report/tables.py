@@ -16,10 +16,17 @@ Hydra rewrites when a job starts; a folder without a complete, consistent result
 - `by_scheduler.csv` / `.md` when the sweep varies the scheduler and something else: one row
   per setting of the other parameters, each metric once per scheduler;
 - `headline.csv` / `.md` with `--columns`: just those metrics, per scheduler or per job;
-- figures (PNG and PDF, `experiments.report.figures`), named after what they plot against what:
+- figures (PNG and PDF, `experiments.report.figures`) of the completed jobs (none when no job
+  completed), named after what they plot against what:
   `latency_cdf_ttft_e2el`, `evictions_vs_<x>` and `victim_e2el_vs_<x>` (x: the load
   parameter, e.g. `evictions_vs_load`; `_by_scheduler` when nothing but the scheduler
-  varies), `kv_use_vs_time`.
+  varies), `kv_use_vs_time`;
+- `report.json` last: the marker of the set (`experiments.report.report_set`): the job
+  results it was made from, by hash, and the hash of each file. The old set is withdrawn
+  before a new one is written; `python -m experiments.report SWEEP --check` says whether the
+  set matches the job folders now.
+Each table shows each job's status; when a job did not complete, the tables say
+"N of M jobs failed" above them.
 The Hydra callback `experiments.run.callbacks.ComparisonCallback` calls `write_report` when a
 multirun ends.
 """
@@ -38,7 +45,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from experiments.results.job_folder import MARKER_FILE, verify_folder
+from experiments.report.report_set import (
+    REPORT_MARKER,
+    commit_report,
+    job_fingerprints,
+    retract_report,
+)
+from experiments.results.job_folder import MARKER_FILE, job_folders, verify_folder
 from experiments.results.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_text
 
 COMPARISON_METRICS: tuple[str, ...] = (
@@ -171,25 +184,36 @@ def load_job(job_dir: Path, num: int) -> Job:
                state.summary)
 
 
-def _is_job_dir(d: Path) -> bool:
-    return d.is_dir() and not d.name.startswith(".") and any(
-        (d / n).exists() for n in (SUMMARY_FILE, MARKER_FILE, ".hydra"))
-
-
 def load_sweep(sweep_dir: str | Path) -> list[Job]:
-    """Every job folder under `sweep_dir` (one holding a summary, a marker or `.hydra/`), by
-    job number."""
+    """Every job folder under `sweep_dir` (one holding a summary, a marker, `.hydra/` or a
+    lock file), by job number; `sweep_dir` alone when it is itself a job folder (a job cut
+    off before its summary is listed `incomplete`)."""
     root = Path(sweep_dir)
     jobs: list[Job] = []
-    for d in sorted(p for p in root.iterdir() if _is_job_dir(p)) if root.is_dir() else []:
+    for d in job_folders(root):
         try:
             num = int(d.name.split("_")[0])
         except ValueError:
             num = len(jobs)
         jobs.append(load_job(d, num))
     if not jobs:
-        raise FileNotFoundError(f"{root}: no job folder with a {SUMMARY_FILE}")
+        raise FileNotFoundError(f"{root}: no job folder (one with a {SUMMARY_FILE}, a "
+                                f"{MARKER_FILE} or .hydra/)")
     return sorted(jobs, key=lambda j: j.num)
+
+
+def failed_jobs_line(jobs: Sequence[Job]) -> str:
+    """"N of M jobs failed" with the first one's error ('' when every job completed); jobs
+    without a complete result count as failed, said so."""
+    bad = [j for j in jobs if j.summary.get("status", "ok") != "ok"]
+    if not bad:
+        return ""
+    unverified = sum(1 for j in bad if j.summary.get("status") != "failed")
+    first = bad[0]
+    why = " ".join(str(first.summary.get("error") or first.summary.get("status")).split())
+    return (f"{len(bad)} of {len(jobs)} jobs failed"
+            + (f" ({unverified} without a complete result)" if unverified else "")
+            + f"; first: job {first.path.name}: {why}")
 
 
 def verified(jobs: Sequence[Job]) -> list[Job]:
@@ -323,11 +347,14 @@ def _verified_rows(frame: pd.DataFrame) -> pd.DataFrame:
 def scheduler_pivot(frame: pd.DataFrame, params: Sequence[str],
                     metrics: Sequence[str] = PIVOT_METRICS) -> pd.DataFrame | None:
     """One row per setting of the non-scheduler parameters, each metric per scheduler
-    (`<metric>[<scheduler>]`); None unless the sweep varies the scheduler and more."""
+    (`<metric>[<scheduler>]`), led by each job's `status` when a job did not complete; None
+    unless the sweep varies the scheduler and more."""
     others = [p for p in params if p != "scheduler"]
     if "scheduler" not in params or not others:
         return None
     frame = _verified_rows(frame)
+    if (frame["status"] != "ok").any():  # each job's status beside its numbers
+        metrics = ["status", *[m for m in metrics if m != "status"]]
     scheds = list(dict.fromkeys(frame["scheduler"]))
     wide = frame.pivot_table(index=others, columns="scheduler", values=list(metrics),
                              aggfunc="first", dropna=False)
@@ -441,7 +468,7 @@ def _terminal_table(jobs: Sequence[Job], params: Sequence[str]) -> str:
             table[col] = [format_metric(metric_of[col], v) for v in table[col]]
         elif col in params:
             table[col] = [f"{v:g}" if isinstance(v, float) else str(v) for v in table[col]]
-    short = dict(TERMINAL_PIVOT)
+    short = {**dict(TERMINAL_PIVOT), "status": "status"}
     table.columns = [_short(str(c), short) for c in table.columns]
     table = table.set_index(table.columns[0])
     table.index.name = str(table.index.name).split(".")[-1]
@@ -531,7 +558,8 @@ EVICTION_METRICS = (
 
 def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
                   out: Path, load_param: str | None = None, title: str = "") -> dict[str, Path]:
-    """The sweep's four figures, named after what they plot against what: the latency CDFs
+    """The sweep's four figures, from its completed (ok) jobs, named after what they plot
+    against what: the latency CDFs
     (`latency_cdf_ttft_e2el`), evictions and recompute against the load parameter
     (`evictions_vs_<x>`), victims' and others' E2E latency (`victim_e2el_vs_<x>`) and KV
     pool use over simulated time (`kv_use_vs_time`: at the value of x where the sweep evicts
@@ -548,9 +576,9 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
         victims_vs_others,
     )
 
-    verified = _verified_rows(frame)
-    jobs = [j for j, keep in zip(jobs, frame.index.isin(verified.index), strict=True) if keep]
-    frame = verified.reset_index(drop=True)  # a row per job of `jobs`, in order
+    done = frame[frame["status"] == "ok"]  # a failed job's missing numbers are no zeros
+    jobs = [j for j, keep in zip(jobs, frame.index.isin(done.index), strict=True) if keep]
+    frame = done.reset_index(drop=True)  # a row per job of `jobs`, in order
     x = load_param or pick_load_param(params, frame)
     others = [p for p in params if p not in ("scheduler", x)]
     series = ["scheduler", *others]
@@ -611,14 +639,30 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
                  figures: bool = True, load_param: str | None = None,
                  title: str = "", columns: Sequence[str] | None = None) -> dict[str, Path]:
     """Write the comparison tables and figures of a sweep (see the module docstring);
-    with `columns`, also `headline.csv` / `.md` (see `headline`)."""
+    with `columns`, also `headline.csv` / `.md` (see `headline`). The files are one set
+    behind their marker `report.json`, written last (`experiments.report.report_set`): the
+    old set is withdrawn first. Figures are drawn from completed (ok) jobs only; none when
+    no job completed."""
+    fingerprints = job_fingerprints(sweep_dir)  # before reading: a later change shows
     jobs = load_sweep(sweep_dir)
     out = Path(out_dir) if out_dir is not None else Path(sweep_dir)
+    retract_report(out)
+    paths = _write_report_files(jobs, sweep_dir, out, figures, load_param, title, columns)
+    paths[REPORT_MARKER] = commit_report(out, paths, fingerprints)
+    return paths
+
+
+def _write_report_files(jobs: Sequence[Job], sweep_dir: str | Path, out: Path, figures: bool,
+                        load_param: str | None, title: str, columns: Sequence[str] | None
+                        ) -> dict[str, Path]:
     params = varied_params(jobs)
     load_param = load_param or _configured_load_param(Path(sweep_dir))
     frame = comparison_frame(jobs, params)
     fixed = fixed_params(jobs)
     head = f"# {title or 'Sweep'}: {len(jobs)} jobs\n\n"
+    failed = failed_jobs_line(jobs)
+    if failed:
+        head += f"> **{failed}**\n\n"
     if fixed:
         head += "Fixed overrides: " + ", ".join(f"`{k}={v}`" for k, v in fixed.items()) + "\n\n"
     if params:
@@ -645,7 +689,7 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None,
         top = headline(frame, params, columns)
         paths["headline.csv"] = write_text(top.to_csv(index=False), out / "headline.csv")
         paths["headline.md"] = write_text(head + markdown(top), out / "headline.md")
-    if figures:
+    if figures and any(j.summary.get("status") == "ok" for j in jobs):
         for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
             paths[f"{k}.png"] = p
             paths[f"{k}.pdf"] = p.with_suffix(".pdf")

@@ -15,6 +15,13 @@ with the marker on status and config hash.
 pid and host), so a second run into the same folder fails at once. Under the lock,
 `remove_stale_spools` deletes the hidden `.NAME.<pid>.<id>.tmp` files that a killed run of
 ours left behind (only our own output names; never a file of a live process).
+
+`refuse_unsafe_folder` is checked before a run writes anything (by the Hydra callback, before
+Hydra writes `.hydra/` and opens the log; again by the job before its lock): a run never
+writes through a symbolic link planted where it writes a file (`planted_links`), never into a
+folder whose result files no run of ours wrote (no marker, no lock file: `foreign_results`),
+and never into a folder another run holds (`holder_of`). The lock file is opened without
+following links.
 """
 
 from __future__ import annotations
@@ -148,6 +155,133 @@ class FolderBusyError(RuntimeError):
     """Another run holds the job folder's lock."""
 
 
+class UnsafeFolderError(RuntimeError):
+    """A run must not write into this folder: a symbolic link where it writes, or result
+    files that no run of ours wrote."""
+
+
+# What a run writes directly in its job folder (its spool files take fresh hidden names):
+# the lock, the results, Hydra's `.hydra/` (`HYDRA_FILES`) and its `*.log`, W&B and figures.
+WRITTEN_NAMES = (LOCK_FILE, *RESULT_FILES, MARKER_FILE, ".hydra", "wandb", "figures")
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+
+
+def planted_links(out_dir: str | Path) -> list[Path]:
+    """The symbolic links in `out_dir` at a name a run writes (`WRITTEN_NAMES`, a `*.log`,
+    `.hydra/`'s files): writing there would write to wherever they point."""
+    d = Path(out_dir)
+    if not d.is_dir():
+        return []
+    links = [d / n for n in WRITTEN_NAMES if (d / n).is_symlink()]
+    links += sorted(p for p in d.iterdir() if p.suffix == ".log" and p.is_symlink())
+    hydra = d / ".hydra"
+    if hydra.is_dir() and not hydra.is_symlink():
+        links += [hydra / n for n in HYDRA_FILES if (hydra / n).is_symlink()]
+    return links
+
+
+def _describe_links(links: list[Path], folder: Path) -> str:
+    return ", ".join(f"{p.relative_to(folder)} -> {os.readlink(p)}" for p in links)
+
+
+def foreign_results(out_dir: str | Path) -> list[str]:
+    """The result files (`RESULT_FILES`) in a folder that no run of ours has written into
+    (neither a completion marker nor a lock file): a commit there would replace or delete
+    them. Empty for a job folder, an empty folder, or one that does not exist."""
+    d = Path(out_dir)
+    if (d / MARKER_FILE).exists() or (d / LOCK_FILE).exists():
+        return []
+    return [n for n in RESULT_FILES if (d / n).exists()]
+
+
+def holder_of(out_dir: str | Path) -> str | None:
+    """Who holds the folder's lock now (pid and host), or None when nobody does; takes
+    nothing and creates nothing."""
+    try:
+        fd = os.open(Path(out_dir) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None  # no lock file (a link is `planted_links`' to report)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            text = os.read(fd, 4096).decode(errors="replace").strip()
+            return text or "an unknown process"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def refuse_unsafe_folder(out_dir: str | Path) -> None:
+    """Raise, naming the folder and what to do, when a run must not write into `out_dir`:
+    `UnsafeFolderError` for a planted link or foreign result files, `FolderBusyError` when
+    another run holds it."""
+    d = Path(out_dir)
+    links = planted_links(d)
+    if links:
+        raise UnsafeFolderError(
+            f"job folder {d} holds symbolic links where a run writes its own files: "
+            f"{_describe_links(links, d)}; a run never writes through a link: remove them, "
+            "or write into another folder")
+    foreign = foreign_results(d)
+    if foreign:
+        raise UnsafeFolderError(
+            f"folder {d} holds {', '.join(foreign)} but was never a job folder (no "
+            f"{MARKER_FILE}, no {LOCK_FILE}): a run would replace them; move them away, or "
+            "write into another folder")
+    holder = holder_of(d)
+    if holder is not None:
+        raise busy_error(d, holder)
+
+
+# What a sweep writes in its own folder, not atomically (Hydra's copy of the sweep config;
+# the W&B sweep run); its other files (sweep.json, the report) are renamed into place.
+SWEEP_WRITTEN_NAMES = ("multirun.yaml", "wandb")
+
+
+def is_job_folder(d: Path) -> bool:
+    """Whether `d` is a folder a run has written into (a summary, a marker, `.hydra/` or a
+    lock file), not a hidden one."""
+    return d.is_dir() and not d.name.startswith(".") and any(
+        (d / n).exists() for n in (SUMMARY_FILE, MARKER_FILE, ".hydra", LOCK_FILE))
+
+
+def job_folders(root: str | Path) -> list[Path]:
+    """The job folders of a sweep folder `root` (by name), or `[root]` when `root` is itself
+    a job folder (holding none)."""
+    d = Path(root)
+    if not d.is_dir():
+        return []
+    inside = sorted(p for p in d.iterdir() if is_job_folder(p))
+    return inside or ([d] if is_job_folder(d) else [])
+
+
+def refuse_unsafe_sweep(sweep_dir: str | Path) -> None:
+    """`refuse_unsafe_folder` for a sweep before it starts: a link planted where the sweep
+    writes, and in every job folder already in it (a resumed sweep) a planted link or another
+    run holding it. (A job checks its own folder again, foreign results included.)"""
+    d = Path(sweep_dir)
+    links = [d / n for n in SWEEP_WRITTEN_NAMES if (d / n).is_symlink()]
+    if links:
+        raise UnsafeFolderError(
+            f"sweep folder {d} holds symbolic links where the sweep writes: "
+            f"{_describe_links(links, d)}; a run never writes through a link: remove them, "
+            "or write into another folder")
+    for job in sorted(p for p in d.iterdir() if is_job_folder(p)) if d.is_dir() else []:
+        if planted_links(job) or holder_of(job) is not None:
+            refuse_unsafe_folder(job)
+
+
+def busy_error(out_dir: Path, holder: str) -> FolderBusyError:
+    """The error of a run refused because `holder` holds the folder."""
+    return FolderBusyError(
+        f"job folder {out_dir} is in use by another run ({holder}; lock file "
+        f"{out_dir / LOCK_FILE}): wait for it to end, or write into another folder")
+
+
 def _holder(f: IO[str]) -> str:
     f.seek(0)
     text = f.read().strip()
@@ -169,16 +303,23 @@ class JobLock:
     def acquire(self) -> None:
         """Take the lock or raise `FolderBusyError` at once."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")  # noqa: SIM115 - held open while the lock is held
+        try:  # never through a link planted at the lock's name
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UnsafeFolderError(
+                    f"job folder {self.dir}: its lock file {self.path} is a symbolic link "
+                    f"(-> {os.readlink(self.path)}); a run never writes through a link: "
+                    "remove it") from None
+            raise
+        f = open(fd, "a+")  # noqa: SIM115 - held open while the lock is held
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             holder = _holder(f)
             f.close()
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise FolderBusyError(
-                    f"job folder {self.dir} is in use by another run ({holder}; lock file "
-                    f"{self.path}): wait for it to end, or write into another folder") from None
+                raise busy_error(self.dir, holder) from None
             raise
         f.seek(0)
         f.truncate()

@@ -45,6 +45,16 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("logger", "where a job's results go besides its folder"),
 )
 
+# A paragraph after a group's list of options.
+GROUP_NOTES: dict[str, str] = {
+    "scheduler": (
+        "**Runs code named in the config**: `+scheduler.target=package.module:factory` (a key "
+        "of no schema, hence the `+`) builds the scheduler from outside the project: it "
+        "imports `package.module` and calls `factory(kv_capacity_tokens, **the other "
+        "scheduler keys)` (`max_model_len=` too when set), as Hydra's `_target_` would; any "
+        "importable callable is run, so use configs and command lines you trust only "
+        "(experiments/run/build.py)."),
+}
 
 # --- where meanings come from -------------------------------------------------------------
 
@@ -313,6 +323,8 @@ def generate() -> str:
         out.write(f"Options (`conf/{group}/`): "
                   + ", ".join(f"`{group}={o}`" for o in _options(group))
                   + f" (default: `{defaults.get(group)}`).\n")
+        if group in GROUP_NOTES:
+            out.write(f"\n{GROUP_NOTES[group]}\n")
         seen: dict[type, str] = {}
         for option in _options(group):
             cfg = _compose([f"{group}={option}"])

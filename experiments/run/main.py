@@ -22,6 +22,7 @@ runs: a second run into the same folder fails at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -30,7 +31,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,12 @@ from experiments.inputs.workloads import stream_workload
 from experiments.paths import PROJECT_ROOT
 from experiments.results.arrow_pandas import defer_pandas_import
 from experiments.results.job_folder import (
+    FolderBusyError,
     JobLock,
+    UnsafeFolderError,
     commit_failure,
     commit_run,
+    refuse_unsafe_folder,
     remove_stale_spools,
     restore_files,
     snapshot_files,
@@ -472,9 +476,11 @@ def main(cfg: DictConfig) -> None:
         if _enum_value(cfg.get("on_error", "fail")) != "record":
             sys.exit(f"error: {e}")  # one message, no traceback: the config is wrong
     overrides = [str(o) for o in hc.overrides.task]
-    # One run per job folder at a time: a second fails here, naming the holder (after Hydra
-    # rewrote .hydra/ with its config: the holder puts its own back when it ends).
-    with JobLock(out_dir):
+    # One run per job folder at a time, never through a planted link, never over results
+    # that are not ours: refused here, naming the folder. The callback refused these before
+    # Hydra wrote .hydra/; a run that slipped in between has rewritten it, and the holder
+    # puts its own back when it ends.
+    with _job_folder(out_dir):
         hydra_dir = snapshot_files(Path(out_dir) / str(hc.output_subdir)) \
             if hc.output_subdir is not None else {}
         try:
@@ -487,6 +493,22 @@ def main(cfg: DictConfig) -> None:
     else:
         print(format_summary(summary))
         print(f"outputs: {out_dir}")
+
+
+@contextlib.contextmanager
+def _job_folder(out_dir: str) -> Iterator[None]:
+    """Hold the job folder's lock, or exit with one line saying why a run may not write
+    there (`refuse_unsafe_folder`, the lock)."""
+    try:
+        refuse_unsafe_folder(out_dir)
+        lock = JobLock(out_dir)
+        lock.acquire()
+    except (UnsafeFolderError, FolderBusyError) as e:
+        sys.exit(f"error: {e}")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _run_job(cfg: DictConfig, out_dir: str, tag: str, group: str | None,

@@ -128,7 +128,8 @@ def _gap_rows(ok: pd.DataFrame, spec: ChartSpec, x: str, others: Sequence[str]
         values = {s: v for s, v in values.items() if not math.isnan(v)}
         if len(values) < 2:
             continue  # a gap needs two schedulers that measured the metric
-        high, low = max(values, key=values.__getitem__), min(values, key=values.__getitem__)
+        ranked = sorted(values, key=values.__getitem__)  # ties keep the frame's order
+        low, high = ranked[0], ranked[-1]
         setting = dict(zip([*others, x], key if isinstance(key, tuple) else (key,),
                            strict=True))
         label = " ".join(f"{short_name(p)}={_value(setting[p])}" for p in others)

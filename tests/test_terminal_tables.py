@@ -113,3 +113,16 @@ def test_wide_tables_wrap_their_headers_then_go_in_blocks() -> None:
     assert max(len(line) for line in lines) <= 60
     assert sum(line.startswith("a row") for line in lines) > 1  # one row per block
     assert "11,000" in text and json.dumps(text)  # every value is there
+
+
+def test_summaries_written_before_the_offered_rate_existed_print_no_empty_column(
+        tmp_path: Path) -> None:
+    for num, rate in enumerate((1, 2, 3, 4)):
+        for k, sched in enumerate(("vllm", "sglang")):
+            metrics = fake_metrics(num, rate)
+            del metrics["offered_request_rate"]
+            write_job(tmp_path, 2 * num + k, [f"scheduler={sched}",
+                                              f"workload.rate_scale={rate}"], **metrics)
+    text = terminal_summary(load_sweep(tmp_path), width=1000)
+    assert "offered (req/s)" not in text and "offered request rate" not in text
+    assert "vllm evictions" in text

@@ -570,7 +570,7 @@ def _terminal_table(jobs: Sequence[Job], params: Sequence[str], metrics: Sequenc
         return text_table(side_by_side(jobs, params, rows), width) + "\n" + _note()
     frame = comparison_frame(jobs, params)
     rate = "offered_request_rate"
-    pivot = scheduler_pivot(frame, params, [rate, *metrics])
+    pivot = scheduler_pivot(frame, params, list(dict.fromkeys([rate, *metrics])))
     if pivot is None:
         cols = ["job", *params, "status", "error", *metrics]
         table = frame[[c for c in cols if c in frame]].copy()
@@ -591,8 +591,11 @@ def _terminal_table(jobs: Sequence[Job], params: Sequence[str], metrics: Sequenc
 
 def _one_rate_column(pivot: pd.DataFrame, rate: str) -> pd.DataFrame:
     """The pivot with the offered request rate once per row (the schedulers of a row replay
-    the same arrivals), unless they were offered different rates."""
+    the same arrivals), unless they were offered different rates; none when no job recorded
+    it (summaries written before the metric existed)."""
     cols = [c for c in pivot.columns if str(c).startswith(f"{rate}[")]
+    if cols and pivot[cols].isna().all().all():
+        return pivot.drop(columns=cols)
     same = pivot[cols].nunique(axis=1, dropna=True).le(1).all() if cols else False
     if not same:
         return pivot

@@ -19,7 +19,9 @@
 # times measured as the process's CPU time (executor.timer=cpu, profile --timer cpu): on a CPU
 # shared with other work, wall-clock steps include waiting for a core, unevenly over time.
 set -euo pipefail
+start=$SECONDS
 cd "$(dirname "$0")/.."
+source scripts/_wall_time.sh
 py=${PYTHON:-.venv/bin/python}
 export OMP_NUM_THREADS=1 CI=${CI:-true}
 grid=conf/profiles/smollm2_135m_cpu_padded.json
@@ -36,7 +38,6 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -f models/smollm2-135m-instruct/build_info.json ] || make model
-start=$SECONDS
 if [ $reprofile = 1 ] || [ ! -f "$grid" ]; then
     "$py" scripts/profile_executor.py --model-path models/smollm2-135m-instruct \
         --out "$grid" --threads 1 --repeats 5 --validate-requests 8 --grid small \
@@ -58,4 +59,4 @@ for i in $(seq 1 "$repeats"); do
     folders+=("$dir")
 done
 "$py" scripts/real_repeats.py "${folders[@]}" --out "$out/repeats.md"
-echo "real_model: $((SECONDS - start)) s wall; tables and figures in $out"
+wall_time real_model "$start" "tables and figures in $out"

@@ -10,7 +10,9 @@
 # Results: results/victim_policies/<trace>/ (tables per trace), results/victim_policies/
 # (summary tables and figures, scripts/policy_report.py). Raw runs: <trace>/runs/ (git-ignored).
 set -euo pipefail
+start=$SECONDS
 cd "$(dirname "$0")/.."
+source scripts/_wall_time.sh
 py=${PYTHON:-.venv/bin/python}
 out=results/victim_policies
 columns=num_preemptions,preempted_request_share,recomputed_token_share,p99_e2el_victim_ms,p99_e2el_nonvictim_ms,p99_e2el_ms,request_goodput,slo_attainment,num_swap_out,num_swap_fallbacks,swap_time_share
@@ -20,7 +22,6 @@ from experiments.inputs.workloads.replay import trace_path
 for f in ("azure2023/AzureLLMInferenceTrace_code.csv", "mooncake/synthetic_trace.jsonl"):
     trace_path(None, f)  # fails with the folder to fix when a trace is missing
 PY
-start=$SECONDS
 sweep() {  # sweep TRACE TITLE [overrides...]
     local trace=$1 title=$2
     shift 2
@@ -36,4 +37,4 @@ sweep mooncake "Victim policies: Mooncake synthetic" workload=mooncake \
     kv_capacity_tokens=8192 max_model_len=8192 workload.max_requests=3000 \
     workload.max_input_len=4096 workload.max_tokens=null workload.rate_scale=4,5,6
 "$py" scripts/policy_report.py "$out" azure_code mooncake
-echo "victim_policies: $((SECONDS - start)) s wall; tables and figures in $out, raw runs in $out/*/runs"
+wall_time victim_policies "$start" "tables and figures in $out, raw runs in $out/*/runs"

@@ -93,3 +93,24 @@ def test_report_compares_two_sweeps_matching_jobs_by_parameters(
     assert ratio.tolist() == pytest.approx(table["median_e2el_ms [long/base]"].tolist())
     assert (tmp_path / "evictions_vs_request_rate_base_vs_long.pdf").is_file()
     assert "4 matched jobs" in capsys.readouterr().out
+
+
+def test_compare_md_prints_ratios_as_ratios_and_says_what_differs(
+        sweeps: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = sweeps
+    main([str(a), str(b), "--out", str(tmp_path), "--labels", "base,long", "--no-figures"])
+    md = (tmp_path / "compare.md").read_text()
+    # above the table: the one config value the two sweeps were run with differently
+    assert ("What differs between A and B: `workload.output_len.mean`: 30.0 in A, 60.0 in B."
+            in md)
+    assert "What differs between A and B" in capsys.readouterr().out
+    lines = [line for line in md.split("\n") if line.startswith("| ")]
+    columns = [c.strip() for c in lines[0].split("|")[1:-1]]
+    rows = [line.split("|")[1:-1] for line in lines[1:]]
+    table = pd.read_csv(tmp_path / "compare.csv")
+    for name in ("output_throughput [long/base]", "preempted_request_share [long/base]",
+                 "completed [long/base]"):
+        cells = [r[columns.index(name)].strip() for r in rows]
+        values = table[name].tolist()
+        assert cells == [f"{v:.3g}x" if v == v else "n/a" for v in values], name
+    assert "preempted_request_share [long/base] (%)" not in md

@@ -6,7 +6,13 @@ import math
 
 import pandas as pd
 
-from experiments.report.tables import EVICTION_NOTE, SIDE_BY_SIDE, format_metric, markdown
+from experiments.report.tables import (
+    EVICTION_NOTE,
+    SIDE_BY_SIDE,
+    format_metric,
+    format_ratio,
+    markdown,
+)
 
 
 def test_one_format_per_kind_of_metric() -> None:
@@ -33,3 +39,17 @@ def test_markdown_formats_metric_columns_and_marks_percentages() -> None:
     md = markdown(df)
     assert "| workload.rate_scale | preempted_request_share[vllm] (%) | p99_e2el_ms |" in md
     assert "| 1 | 50.00 | 1,000.0 |" in md and "| 1.5 | n/a | 2.0 |" in md
+
+
+def test_ratios_are_ratios_whatever_the_metric() -> None:
+    assert format_ratio(1.535) == "1.53x" and format_ratio(0.0665) == "0.0665x"
+    assert format_ratio(2.0) == "2x" and format_ratio(1234.5) == "1,234x"
+    assert format_ratio(float("nan")) == "n/a" and format_ratio(None) == "n/a"
+    df = pd.DataFrame({"output_throughput [B/A]": [1.535],
+                       "preempted_request_share [B/A]": [0.0665],
+                       "preempted_request_share [A]": [0.25]})
+    md = markdown(df, ratio_columns=["output_throughput [B/A]",
+                                     "preempted_request_share [B/A]"])
+    assert ("| output_throughput [B/A] | preempted_request_share [B/A] | "
+            "preempted_request_share [A] (%) |") in md
+    assert "| 1.53x | 0.0665x | 25.00 |" in md

@@ -82,15 +82,18 @@ def test_default_multirun_compares_both_schedulers_and_logs_wandb(tmp_path: Path
         assert wb.summary["eviction/num_preemptions"] == summary["num_preemptions"]
         assert wb.summary["run/scheduler"] == sched
         # history on simulated time: binned KV use, queue and batch series
-        rows = [r for r in wb.history if "kv/busy_share" in r]
+        rows = [r for r in wb.history if "timeline/busy_share" in r]
         assert 10 <= len(rows) <= 300
         times = [r["sim_time_s"] for r in rows]
         assert times == sorted(times) and times[-1] == pytest.approx(summary["duration"], rel=0.2)
-        for key in ("kv/used_tokens", "kv/cached_tokens", "queue/running_requests",
-                    "queue/waiting_requests", "batch/tokens", "eviction/evictions"):
+        for key in ("timeline/kv_used_tokens_mean", "timeline/kv_cached_tokens_mean",
+                    "timeline/running_requests_mean", "timeline/waiting_requests_mean",
+                    "timeline/batch_tokens_mean", "timeline/evictions_in_bin"):
             assert key in wb.history_keys
-        assert max(r.get("kv/used_tokens_max", 0) for r in rows) == summary["max_kv_used_tokens"]
-        assert sum(r.get("eviction/evictions", 0) for r in rows) == summary["num_preemptions"]
+        assert max(r.get("timeline/kv_used_tokens_max", 0) for r in rows) == summary[
+            "max_kv_used_tokens"]
+        assert sum(r.get("timeline/evictions_in_bin", 0) for r in rows) == summary[
+            "num_preemptions"]
         tables = [f for f in wb.files if f.startswith("media/table/tables/requests")]
         assert tables and any(f.startswith("media/images/figures/") for f in wb.files)
         table = json.loads((runs[0] / "files" / tables[0]).read_text())
@@ -106,6 +109,8 @@ def test_default_multirun_compares_both_schedulers_and_logs_wandb(tmp_path: Path
         "vllm", "sglang"]
     assert {f"figures/{k}" for k in ("latency_cdf_ttft_e2el", "kv_use_vs_time")} <= set(
         wb.summary)
+    # only the scheduler varies: the answers as one bar per job
+    assert {"charts/evictions_by_job", "charts/victim_e2el_by_job"} <= set(wb.charts)
 
 
 def test_typo_in_an_override_fails_with_the_valid_keys(tmp_path: Path) -> None:

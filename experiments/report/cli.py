@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             ap.error(f"--labels={args.labels!r}: give two names, A,B")
         paths = write_comparison(args.sweep_dir[0], args.sweep_dir[1], args.out, labels,
                                  args.load_param, not args.no_figures)
-        print("\n".join(paths["compare.md"].read_text().split("\n\n")[:2]).lstrip("# "))
+        print("\n".join(paths["compare.md"].read_text().split("\n\n")[:3]).lstrip("# "))
         print("wrote " + ", ".join(str(p) for p in paths.values()))
         return
     sweep_dir = args.sweep_dir[0]
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     paths = write_report(sweep_dir, args.out, not args.no_figures, args.load_param,
                          args.title, columns or None)
     jobs = load_sweep(sweep_dir)
-    print(terminal_summary(jobs))
+    print(terminal_summary(jobs, columns or None))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     failed = failed_jobs_line(jobs)
     if failed:

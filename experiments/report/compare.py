@@ -4,8 +4,10 @@ Jobs are matched by their parameters: the scheduler and every parameter that eit
 varies (a job of A and one of B match when all of these are equal). Written into `--out`
 (default: `compare_<A>_vs_<B>` in the current folder):
 - `compare.csv` / `compare.md`: one row per matched pair, the parameters, then for each
-  metric of `COMPARE_METRICS` its value in A, in B and the ratio B / A; jobs without a match
-  are listed under the table;
+  metric of `COMPARE_METRICS` its value in A, in B and the ratio B / A (in compare.md as a
+  ratio, `1.53x`, whatever the metric's own format); above the table, what differs between
+  A and B (`differences`: config values of the matched jobs, git commit, core); jobs
+  without a match are listed under the table;
 - figures: the eviction metrics of both sweeps against the load parameter, colour per
   scheduler, a line style per sweep (`evictions_vs_<x>_<A>_vs_<B>`), and the same for the
   median and p99 E2E latency (`e2el_vs_<x>_<A>_vs_<B>`).
@@ -13,12 +15,14 @@ varies (a job of A and one of B match when all of these are equal). Written into
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from experiments.report.tables import (
     Job,
@@ -71,6 +75,57 @@ def match_jobs(a: Sequence[Job], b: Sequence[Job]) -> Pairing:
     return Pairing(params, pairs, only_a, only_b)
 
 
+def ratio_column(metric: str, labels: tuple[str, str]) -> str:
+    """The column of `metric`'s ratio B / A in the comparison table."""
+    return f"{metric} [{labels[1]}/{labels[0]}]"
+
+
+# Config keys that change neither the results nor what they mean: never called a difference.
+NOT_COMPARED = ("hydra", "logger", "progress", "resume", "on_error", "check_invariants")
+# What ran, from summary.json: the code and the core that compiled it.
+RUN_FIELDS = ("git_commit", "git_dirty", "core")
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def job_settings(job: Job) -> dict[str, Any]:
+    """What a job ran with: its config (`.hydra/config.yaml`, flattened; none of
+    `NOT_COMPARED`) and the `RUN_FIELDS` of its summary."""
+    path = job.path / ".hydra" / "config.yaml"
+    cfg = yaml.safe_load(path.read_text()) if path.is_file() else None
+    flat = _flatten(cfg) if isinstance(cfg, Mapping) else {}
+    out = {k: v for k, v in flat.items() if k.split(".")[0] not in NOT_COMPARED}
+    out.update({k: job.summary.get(k) for k in RUN_FIELDS})
+    return out
+
+
+def _shown(values: set[str]) -> str:
+    return " / ".join(sorted(values))
+
+
+def differences(pairing: Pairing) -> list[str]:
+    """What differs between the matched jobs of A and B, one line per setting
+    (`job_settings`; the matching parameters excepted): `key`: its values in A, in B."""
+    seen: dict[str, tuple[set[str], set[str]]] = {}
+    for ja, jb in pairing.pairs:
+        sa, sb = job_settings(ja), job_settings(jb)
+        for key in sorted(set(sa) | set(sb)):
+            va, vb = sa.get(key, "(unset)"), sb.get(key, "(unset)")
+            if key not in pairing.params and va != vb:
+                a, b = seen.setdefault(key, (set(), set()))
+                a.add(str(va))
+                b.add(str(vb))
+    return [f"`{k}`: {_shown(a)} in A, {_shown(b)} in B" for k, (a, b) in seen.items()]
+
+
 def compare_frame(pairing: Pairing, labels: tuple[str, str],
                   metrics: Sequence[str] = COMPARE_METRICS) -> pd.DataFrame:
     """One row per pair: scheduler, the key parameters, each metric in A and B and B / A."""
@@ -84,7 +139,7 @@ def compare_frame(pairing: Pairing, labels: tuple[str, str],
             va, vb = ja.summary.get(m), jb.summary.get(m)
             row[f"{m} [{la}]"], row[f"{m} [{lb}]"] = va, vb
             ok = isinstance(va, int | float) and isinstance(vb, int | float) and va != 0
-            row[f"{m} [{lb}/{la}]"] = float(vb) / float(va) if ok else np.nan  # type: ignore[arg-type]
+            row[ratio_column(m, labels)] = float(vb) / float(va) if ok else np.nan  # type: ignore[arg-type]
         rows.append(row)
     df = pd.DataFrame(rows)
     for p in pairing.params:
@@ -115,12 +170,17 @@ def write_comparison(sweep_a: str | Path, sweep_b: str | Path, out_dir: str | Pa
     head = (f"# {la} vs {lb}: {len(pairing.pairs)} matched jobs\n\n"
             f"A = `{sweep_a}`, B = `{sweep_b}`; matched on scheduler"
             + "".join(f", `{p}`" for p in pairing.params) + ".\n\n")
+    diff = differences(pairing)
+    head += ("What differs between A and B: " + "; ".join(diff) + ".\n\n" if diff else
+             "Nothing differs between A and B: the same config values and code.\n\n")
+    ratios = [ratio_column(m, (la, lb)) for m in COMPARE_METRICS]
     tail = ""
     for name, left in ((la, pairing.only_a), (lb, pairing.only_b)):
         if left:
             tail += f"\nUnmatched in {name}: jobs " + ", ".join(str(j.num) for j in left) + "\n"
     paths = {"compare.csv": write_text(table.to_csv(index=False), out / "compare.csv"),
-             "compare.md": write_text(head + markdown(table) + tail, out / "compare.md")}
+             "compare.md": write_text(head + markdown(table, ratio_columns=ratios) + tail,
+                                           out / "compare.md")}
     if figures:
         frames = []
         for label, jobs in ((la, [p[0] for p in pairing.pairs]), (lb, [p[1] for p in

@@ -34,7 +34,8 @@ multirun ends.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,8 @@ from experiments.results.job_folder import MARKER_FILE, job_folders, verify_fold
 from experiments.results.sinks import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, write_text
 
 COMPARISON_METRICS: tuple[str, ...] = (
-    "workload", "max_model_len", "offered", "completed", "rejected", "rejected_too_long",
+    "workload", "max_model_len", "kv_capacity_tokens", "offered", "offered_request_rate",
+    "completed", "rejected", "rejected_too_long",
     "rejected_kv_pool", "rejected_other", "rejected_503", "rejection_rate_503", "aborted",
     "duration",
     "request_throughput", "output_throughput", "request_goodput", "slo_attainment",
@@ -71,7 +73,9 @@ COMPARISON_METRICS: tuple[str, ...] = (
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
     ("max_model_len", "Context length, max_model_len (tokens)"),
+    ("kv_capacity_tokens", "KV pool, kv_capacity_tokens (tokens)"),
     ("offered", "Requests offered (count)"),
+    ("offered_request_rate", "Offered request rate (req/s)"),
     ("completed", "Completed (count)"),
     ("rejected_too_long", "Rejected: too long (count)"),
     ("rejected_kv_pool", "Rejected: larger than the KV pool (count)"),
@@ -119,7 +123,7 @@ def format_metric(key: str, value: Any) -> str:
         return f"{x:,.1f}"
     if key == "output_throughput" or key.endswith("tokens_per_s"):
         return f"{x:,.0f}"
-    if "throughput" in key or "goodput" in key:
+    if "throughput" in key or "goodput" in key or key.endswith("request_rate"):
         return f"{x:,.2f}"
     if isinstance(value, int | np.integer) or x.is_integer():
         return f"{int(x):,}"
@@ -261,7 +265,7 @@ def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
         row["status"] = j.summary.get("status", "ok")
         if any_failed:
             row["error"] = j.summary.get("error")
-        row.update({m: j.summary.get(m) for m in COMPARISON_METRICS})
+        row.update({m: j.summary.get(m) for m in COMPARISON_METRICS if m not in params})
         rows.append(row)
     df = pd.DataFrame(rows)
     for p in params:
@@ -276,11 +280,12 @@ def comparison_frame(jobs: Sequence[Job], params: Sequence[str] | None = None
     return df
 
 
-def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None) -> pd.DataFrame:
-    """`SIDE_BY_SIDE` metrics as rows, one column per job named by its varied parameters,
-    each value formatted for its metric (`format_metric`)."""
+def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None,
+                 rows: Sequence[tuple[str, str]] = SIDE_BY_SIDE) -> pd.DataFrame:
+    """`rows` (metric, label; default `SIDE_BY_SIDE`) as rows, one column per job named by
+    its varied parameters, each value formatted for its metric (`format_metric`)."""
     params = list(varied_params(jobs) if params is None else params)
-    rows = list(SIDE_BY_SIDE)
+    rows = list(rows)
     if any(j.summary.get("status", "ok") != "ok" for j in jobs):
         rows[:0] = [("status", "Status"), ("error", "Error")]
     data = {_label(j, params): [format_metric(k, j.summary.get(k, "ok" if k == "status"
@@ -401,91 +406,241 @@ def _cell(column: str, v: Any) -> str:
     return _fmt(v)
 
 
-def markdown(df: pd.DataFrame, index: bool = False) -> str:
+def format_ratio(value: Any) -> str:
+    """A ratio of two values of one metric (B / A): three significant digits and an `x`
+    (1.535 -> `1.53x`, 0.0665 -> `0.0665x`), whatever the metric's own format; n/a for
+    none."""
+    if value is None or value is pd.NA or not isinstance(value, int | float | np.number):
+        return "n/a"
+    x = float(value)
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:,.0f}x" if abs(x) >= 1000 else f"{x:.3g}x"
+
+
+def markdown(df: pd.DataFrame, index: bool = False,
+             ratio_columns: Collection[str] = ()) -> str:
     """A GitHub Markdown table of `df`: metric columns formatted by `format_metric` (shares
-    in %, said in the header), other numbers as given, n/a for no data."""
+    in %, said in the header), `ratio_columns` by `format_ratio`, other numbers as given,
+    n/a for no data."""
     names = [str(c) for c in df.columns]
-    heads = [f"{c} (%)" if _metric_of(c) in PERCENT_METRICS else c for c in names]
+    ratios = set(ratio_columns)
+    heads = [f"{c} (%)" if c not in ratios and _metric_of(c) in PERCENT_METRICS else c
+             for c in names]
     cols = ([str(df.index.name or "")] if index else []) + heads
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for idx, row in df.iterrows():
-        cells = ([str(idx)] if index else []) + [_cell(c, v) for c, v in
-                                                 zip(names, row.tolist(), strict=True)]
+        cells = ([str(idx)] if index else []) + [
+            format_ratio(v) if c in ratios else _cell(c, v)
+            for c, v in zip(names, row.tolist(), strict=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def text_table(df: pd.DataFrame) -> str:
-    """`df` (metrics as rows) as an aligned plain-text table for the terminal."""
+TERMINAL_WIDTH = 100
+
+
+def _column_blocks(widths: Sequence[int], first: int, width: int) -> list[list[int]]:
+    """The columns in order, cut into blocks that each fit `width` beside the first
+    column (`first` characters; two spaces between columns); a column wider than that
+    gets a block of its own."""
+    blocks: list[list[int]] = [[]]
+    used = first
+    for k, w in enumerate(widths):
+        if blocks[-1] and used + 2 + w > width:
+            blocks.append([])
+            used = first
+        blocks[-1].append(k)
+        used += 2 + w
+    return blocks
+
+
+def _wrap_header(header: str, width: int) -> list[str]:
+    """`header` in lines of at most `width` characters, cut at spaces (a longer word keeps
+    its own line)."""
+    lines: list[str] = []
+    for word in header.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def text_table(df: pd.DataFrame, width: int | None = TERMINAL_WIDTH) -> str:
+    """`df` (metrics as rows) as an aligned plain-text table for the terminal. Wider than
+    `width` characters, its column headers wrap at spaces (to the width of their values),
+    and what is still too wide goes in blocks of columns one under the other, each
+    beginning with the row names."""
     cols = [str(c) for c in df.columns]
     names = [str(i) for i in df.index]
     cells = [[_fmt(v) for v in row] for row in df.itertuples(index=False)]
     corner = str(df.index.name or "")
     w0 = max([len(n) for n in names] + [6, len(corner)])
-    widths = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(cols)]
-    head = corner.ljust(w0) + "  " + "  ".join(c.rjust(w) for c, w in
-                                               zip(cols, widths, strict=True))
-    out = [head, "-" * len(head)]
-    for n, r in zip(names, cells, strict=True):
-        out.append(n.ljust(w0) + "  " + "  ".join(v.rjust(w) for v, w in
-                                                   zip(r, widths, strict=True)))
+    values = [max([len(r[k]) for r in cells] + [1]) for k in range(len(cols))]
+    heads = [[c] for c in cols]
+    if width and w0 + sum(2 + max(v, len(c)) for v, c in zip(values, cols, strict=True)) > width:
+        heads = [_wrap_header(c, max(v, 12)) for c, v in zip(cols, values, strict=True)]
+    widths = [max([v] + [len(h) for h in hs]) for v, hs in zip(values, heads, strict=True)]
+    blocks = _column_blocks(widths, w0, width) if width else [list(range(len(cols)))]
+    out: list[str] = []
+    for block in blocks:
+        depth = max(len(heads[k]) for k in block) if block else 1
+        lines = [[""] * (depth - len(heads[k])) + heads[k] for k in block]
+        head = [((corner if i == depth - 1 else "").ljust(w0) + "".join(
+            "  " + lines[n][i].rjust(widths[k]) for n, k in enumerate(block))).rstrip()
+            for i in range(depth)]
+        out += [""] * bool(out) + head + ["-" * len(head[-1])]
+        out += [n.ljust(w0) + "".join("  " + r[k].rjust(widths[k]) for k in block)
+                for n, r in zip(names, cells, strict=True)]
     return "\n".join(out)
 
 
-TERMINAL_PIVOT: tuple[tuple[str, str], ...] = (
-    ("num_preemptions", "evictions"),
-    ("preempted_request_share", "evicted (%)"),
-    ("median_e2el_ms", "E2EL p50 (ms)"),
-    ("p99_e2el_ms", "E2EL p99 (ms)"),
-    ("median_e2el_victim_ms", "victims p50 (ms)"),
+# Row labels of the side-by-side table for a study's other metrics (beyond `SIDE_BY_SIDE`).
+METRIC_LABELS: dict[str, str] = {
+    "preemptions_per_1k_requests": "Evictions per 1,000 requests",
+    "max_restarts_per_request": "Most evictions of one request (count)",
+    "recomputed_tokens": "Prefill recomputed (tokens)",
+    "prefix_cache_hit_rate": "Prefix-cache hits at first admission (%)",
+    "prefix_recovery_on_resume": "Prefix cache recovered on resume (%)",
+    "p99_e2el_victim_ms": "Victims' P99 E2EL (ms)",
+    "p99_e2el_nonvictim_ms": "Others' P99 E2EL (ms)",
+    "victim_e2el_median_ratio": "Victims' / others' median E2EL (ratio)",
+    "request_goodput": "Request goodput (req/s)",
+    "slo_attainment": "SLO attainment (%)",
+    "num_swap_out": "Swap-outs (count)",
+    "num_swap_fallbacks": "Swap fallbacks to recompute (count)",
+    "swap_time_share": "Swap time (%)",
+}
+# Short column names of the terminal tables (a pivot's columns: `<scheduler> <name>`).
+TERMINAL_LABELS: dict[str, str] = {
+    "kv_capacity_tokens": "KV pool (tok)",
+    "offered_request_rate": "offered (req/s)",
+    "completed": "completed",
+    "request_throughput": "req/s",
+    "output_throughput": "tok/s",
+    "request_goodput": "goodput (req/s)",
+    "slo_attainment": "SLO met (%)",
+    "median_ttft_ms": "TTFT p50 (ms)",
+    "p99_ttft_ms": "TTFT p99 (ms)",
+    "median_e2el_ms": "E2EL p50 (ms)",
+    "p99_e2el_ms": "E2EL p99 (ms)",
+    "num_preemptions": "evictions",
+    "preemptions_per_1k_requests": "evictions/1k",
+    "preempted_request_share": "evicted (%)",
+    "max_restarts_per_request": "max restarts",
+    "recomputed_tokens": "recomputed (tok)",
+    "recomputed_token_share": "recomputed (%)",
+    "prefix_cache_hit_rate": "hit, 1st admit (%)",
+    "prefix_recovery_on_resume": "recovered (%)",
+    "median_e2el_victim_ms": "victims p50 (ms)",
+    "p99_e2el_victim_ms": "victims p99 (ms)",
+    "median_e2el_nonvictim_ms": "others p50 (ms)",
+    "p99_e2el_nonvictim_ms": "others p99 (ms)",
+    "victim_e2el_median_ratio": "victims/others p50",
+    "num_swap_out": "swap-outs",
+    "num_swap_fallbacks": "swap fallbacks",
+    "swap_time_share": "swap time (%)",
+}
+# What the terminal table shows of a large sweep when no study names its columns: evictions,
+# and what victims and the other requests pay.
+TERMINAL_PIVOT: tuple[str, ...] = (
+    "num_preemptions", "preempted_request_share", "median_e2el_ms", "p99_e2el_ms",
+    "median_e2el_victim_ms", "median_e2el_nonvictim_ms",
 )
 MAX_SIDE_BY_SIDE_COLUMNS = 6
+# Settings printed above the terminal table: (metric, what it is, unit).
+SETUP: tuple[tuple[str, str, str], ...] = (
+    ("kv_capacity_tokens", "KV pool", "tokens"),
+    ("offered", "requests offered", ""),
+    ("offered_request_rate", "offered request rate", "req/s"),
+)
 
 
-def terminal_summary(jobs: Sequence[Job]) -> str:
-    """What the callback prints: the side-by-side table, or, for a sweep with more jobs
-    than fit a terminal, one row per setting of the other parameters with a few metrics
-    per scheduler; then what "evicted" means."""
+def setup_line(jobs: Sequence[Job]) -> str:
+    """The KV pool, the requests offered and their rate, over the jobs with a result: one
+    value when all share it, else the range."""
+    parts = []
+    for key, what, unit in SETUP:
+        values = [v for j in jobs if j.summary.get("status", "ok") == "ok"
+                  and isinstance(v := j.summary.get(key), int | float)
+                  and not (isinstance(v, float) and math.isnan(v))]
+        if not values:
+            continue
+        lo, hi = format_metric(key, min(values)), format_metric(key, max(values))
+        shown = (lo if lo == hi else f"{lo} to {hi}") + (f" {unit}" if unit else "")
+        parts.append(f"{what}: {shown}" + ("" if lo == hi else " (by job)"))
+    text = "; ".join(parts)
+    return textwrap.fill(text[:1].upper() + text[1:], width=TERMINAL_WIDTH)
+
+
+def terminal_summary(jobs: Sequence[Job], columns: Sequence[str] | None = None,
+                     width: int = TERMINAL_WIDTH) -> str:
+    """What the callback and `python -m experiments.report` print: the KV pool and the
+    offered load (`setup_line`); the side-by-side table, or, for a sweep with more jobs
+    than fit a terminal, one row per setting of the other parameters with the metrics
+    `columns` (a study's headline; default `TERMINAL_PIVOT`) per scheduler; every table cut
+    into blocks `width` characters wide; then what "evicted" means."""
     params = varied_params(jobs)
     warn = "".join(f"WARNING: {w}\n" for w in completion_warnings(jobs, params))
-    return warn + _terminal_table(jobs, params)
+    setup = setup_line(jobs)
+    metrics = list(columns or TERMINAL_PIVOT)
+    return (warn + (setup + "\n" if setup else "")
+            + _terminal_table(jobs, params, metrics, width))
 
 
-def _terminal_table(jobs: Sequence[Job], params: Sequence[str]) -> str:
+def _terminal_table(jobs: Sequence[Job], params: Sequence[str], metrics: Sequence[str],
+                    width: int) -> str:
     if len(jobs) <= MAX_SIDE_BY_SIDE_COLUMNS:
-        return text_table(side_by_side(jobs, params)) + "\n" + _note()
+        rows = list(SIDE_BY_SIDE)
+        rows += [(m, METRIC_LABELS.get(m, m)) for m in metrics if m not in dict(rows)]
+        return text_table(side_by_side(jobs, params, rows), width) + "\n" + _note()
     frame = comparison_frame(jobs, params)
-    pivot = scheduler_pivot(frame, params, [m for m, _ in TERMINAL_PIVOT])
+    rate = "offered_request_rate"
+    pivot = scheduler_pivot(frame, params, list(dict.fromkeys([rate, *metrics])))
     if pivot is None:
-        cols = ["job", *params, "status", "error", *[m for m, _ in TERMINAL_PIVOT]]
+        cols = ["job", *params, "status", "error", *metrics]
         table = frame[[c for c in cols if c in frame]].copy()
-        metric_of = {c: c for c in table.columns}
     else:
-        table = pivot
-        metric_of = {c: str(c).partition("[")[0] for c in table.columns}
+        table = _one_rate_column(pivot, rate)
     for col in table.columns:
-        if metric_of.get(col) in dict(TERMINAL_PIVOT):
-            table[col] = [format_metric(metric_of[col], v) for v in table[col]]
+        metric = _metric_of(str(col))
+        if metric is not None and col not in params:
+            table[col] = [format_metric(metric, v) for v in table[col]]
         elif col in params:
             table[col] = [f"{v:g}" if isinstance(v, float) else str(v) for v in table[col]]
-    short = {**dict(TERMINAL_PIVOT), "status": "status"}
-    table.columns = [_short(str(c), short) for c in table.columns]
+    table.columns = [str(c).split(".")[-1] if c in params else _short(str(c))
+                     for c in table.columns]
     table = table.set_index(table.columns[0])
     table.index.name = str(table.index.name).split(".")[-1]
-    return text_table(table) + "\n" + _note()
+    return text_table(table, width) + "\n" + _note()
+
+
+def _one_rate_column(pivot: pd.DataFrame, rate: str) -> pd.DataFrame:
+    """The pivot with the offered request rate once per row (the schedulers of a row replay
+    the same arrivals), unless they were offered different rates; none when no job recorded
+    it (summaries written before the metric existed)."""
+    cols = [c for c in pivot.columns if str(c).startswith(f"{rate}[")]
+    if cols and pivot[cols].isna().all().all():
+        return pivot.drop(columns=cols)
+    same = pivot[cols].nunique(axis=1, dropna=True).le(1).all() if cols else False
+    if not same:
+        return pivot
+    first = pivot[cols].bfill(axis=1).iloc[:, 0]
+    out = pivot.drop(columns=cols)
+    out.insert(len(out.columns) - len([c for c in out.columns if "[" in str(c)]), rate, first)
+    return out
 
 
 def _note() -> str:
-    import textwrap
-
     return textwrap.fill(EVICTION_NOTE + ".", width=96)
 
 
-def _short(col: str, names: dict[str, str]) -> str:
+def _short(col: str) -> str:
     metric, _, sched = col.partition("[")
-    if metric in names and sched:
-        return f"{sched.rstrip(']')} {names[metric]}"
-    return names.get(col, col.split(".")[-1])
+    if sched:
+        return f"{sched.rstrip(']')} {TERMINAL_LABELS.get(metric, metric)}"
+    return TERMINAL_LABELS.get(col, col.split(".")[-1])
 
 
 def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:

@@ -12,6 +12,8 @@ readmission, capped at what the victim had computed when preempted, over all it 
 computed), victims' latency against the others', restarts per request, KV utilisation and
 batch size over the busy time, and KV swapping (`preemption_mode=swap`: swap-outs, swap-ins,
 fallbacks to recompute, tokens and bytes each way, copy time, swaps per request).
+`offered_request_rate` is the load the workload offered: arrivals per second between the
+first and the last arrival, (offered - 1) / (last arrival - first arrival).
 Requests the scheduler refused (finish reason "rejected") are counted by what their reason
 says (`rejection_kind`: `rejected_too_long` over the context length, `rejected_kv_pool` larger
 than the whole KV pool, `rejected_other`); `offered` counts every request that arrived.
@@ -231,6 +233,7 @@ def summarize(requests: RecordSource, steps: RecordSource,
     # --- ours: request outcomes ---
     out["num_requests"] = n_all
     out["offered"] = n_all
+    out["offered_request_rate"] = _ratio(n_all - 1, sc.last_arrival - start)
     out["rejected"] = sc.rejected
     for kind, n in sc.rejected_kinds.items():
         out[f"rejected_{kind}"] = n
@@ -318,6 +321,7 @@ class _Scalars:
     n_all: int
     start: float
     end: float
+    last_arrival: float
     rejected: int
     rejected_kinds: dict[str, int]  # rejected by `rejection_kind`
     overloaded: int
@@ -341,7 +345,7 @@ def _request_scalars(requests: RecordSource) -> _Scalars:
     floats)."""
     n_all = rejected = overloaded = aborted = unfinished = done_input = 0
     npre_sum = victims = npre_max = recomputed = computed = 0
-    start, end = math.inf, -math.inf
+    start, end, last_arrival = math.inf, -math.inf, -math.inf
     kinds = dict.fromkeys(REJECTION_KIND_NAMES, 0)
     restarts = np.zeros(1, dtype=np.int64)
     parts: dict[str, list[np.ndarray]] = {"ttft": [], "e2el": [], "olen": [], "victim": []}
@@ -364,6 +368,7 @@ def _request_scalars(requests: RecordSource) -> _Scalars:
         npre = _i64(b, "num_preemptions")
         victim = np.asarray(b.column("victim").to_numpy(zero_copy_only=False), dtype=bool)
         start = min(start, float(arrival.min()))
+        last_arrival = max(last_arrival, float(arrival.max()))
         finished = finish[~np.isnan(finish)]
         if finished.size:
             end = max(end, float(finished.max()))
@@ -386,15 +391,15 @@ def _request_scalars(requests: RecordSource) -> _Scalars:
         parts["olen"].append(_i64(b, "output_len")[done])
         parts["victim"].append(victim[done])
     if not n_all:
-        start = end = 0.0
+        start = end = last_arrival = 0.0
     elif end == -math.inf:
         end = start
 
     def cat(name: str, dtype: type) -> np.ndarray:
         return np.concatenate(parts[name]) if parts[name] else np.zeros(0, dtype=dtype)
 
-    return _Scalars(n_all, start, end, rejected, kinds, overloaded, aborted, unfinished, done_input,
-                    npre_sum,
+    return _Scalars(n_all, start, end, last_arrival, rejected, kinds, overloaded, aborted,
+                    unfinished, done_input, npre_sum,
                     victims, npre_max, restarts, recomputed, computed, cat("ttft", np.float64),
                     cat("e2el", np.float64), cat("olen", np.int64), cat("victim", bool))
 

@@ -89,7 +89,7 @@ class ComparisonCallback(Callback):
                              title=title)
         logger = config.get("logger")
         if logger is not None and logger.get("name") == "wandb":
-            _log_sweep_run(config, sweep_dir, paths)
+            _log_sweep_run(config, sweep_dir, paths, self.load_param)
         if self.print_table:
             print(f"\n{title}: {len(jobs)} jobs in {sweep_dir}")
             print(terminal_summary(jobs))
@@ -124,23 +124,22 @@ def _refuse_or_exit(check: Callable[[Path], None], folder: Path) -> None:
         sys.exit(f"error: {e}")
 
 
-def _log_sweep_run(config: DictConfig, sweep_dir: Path, paths: dict[str, Path]) -> None:
-    """The sweep's W&B run: comparison table, side-by-side table, figures."""
-    from experiments.report.tables import comparison_frame, load_sweep, side_by_side, varied_params
+def _log_sweep_run(config: DictConfig, sweep_dir: Path, paths: dict[str, Path],
+                   load_param: str | None = None) -> None:
+    """The sweep's W&B run: comparison and side-by-side tables, the charts of its answers
+    against `load_param`, figures (`experiments.run.wandb_log.log_sweep_dir`)."""
     from experiments.run.build import as_dict
     from experiments.run.provenance import git_state
     from experiments.run.sweep_info import read_sweep_info
-    from experiments.run.wandb_log import WandbOptions, log_sweep_run
+    from experiments.run.wandb_log import WandbOptions, log_sweep_dir
 
     opts = WandbOptions.from_mapping(as_dict(config.logger))
     info = read_sweep_info(sweep_dir)
-    jobs = load_sweep(sweep_dir)
-    params = varied_params(jobs)
     name = str(config.get("name", "sweep"))
-    run_dir = log_sweep_run(
-        sweep_dir, comparison_frame(jobs, params), side_by_side(jobs, params),
-        {k.removesuffix(".png"): p for k, p in paths.items() if p.suffix == ".png"}, opts,
-        info.group if info else str(sweep_dir), f"sweep {name}",
+    run_dir = log_sweep_dir(
+        sweep_dir, opts, info.group if info else str(sweep_dir), f"sweep {name}",
         {"name": name, "sweep_dir": str(sweep_dir), "swept": list(info.swept) if info else [],
-         "jobs": len(jobs), **git_state()})
+         **git_state()},
+        {k.removesuffix(".png"): p for k, p in paths.items() if p.suffix == ".png"},
+        load_param)
     log.info("W&B %s sweep run: %s", opts.mode, run_dir)

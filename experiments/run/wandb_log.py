@@ -5,19 +5,26 @@ and a reader for offline runs.
 `wandb sync` later) named after the job's swept values, with job type = the scheduler, and
 records:
 - the flattened config (plus `git_commit`, from summary.json's git state);
-- the summary metrics, grouped by prefix (`summary_key`: `latency/`, `throughput/`,
-  `requests/`, `eviction/`, `prefix_cache/`, `swap/`, `kv/`, `run/`);
-- a history on simulated time (`sim_time_s` is the x axis): the steps binned into
-  `history_bins` bins (`experiments.results.timeseries`), KV used and cached, running and waiting
-  requests, batch tokens and requests, evictions and swaps per bin, so a dashboard draws them
-  as line charts;
+- the summary: summary.json's values and nothing else (the run's totals, never a history
+  bin's value), grouped by prefix (`summary_key`: `latency/`, `throughput/`, `requests/`,
+  `eviction/`, `prefix_cache/`, `swap/`, `kv/`, `steps/`, `run/`);
+- a history on simulated time (`sim_time_s` is the x axis), every series under `timeline/`
+  (`HISTORY`) and kept out of the summary: the steps binned into `history_bins` bins
+  (`experiments.results.timeseries`), mean KV used and cached, running and waiting requests,
+  batch tokens and requests, and evictions, swaps and finished requests per bin, so a
+  dashboard draws them as line charts;
 - the per-request table (`tables/requests`: scalar columns plus TTFT / TPOT / E2EL in ms)
   and the job's figures (`figures/...`), in one write.
-`log_sweep_run` logs a sweep's comparison table and figures as one more run of the group
-(job type `sweep`). `quiet` (the default) turns off W&B's console capture, system metrics,
-machine and code snapshots: what costs time and says nothing about a simulated replay.
-`read_offline_run` reads an offline run's `.wandb` file back (config, summary, group,
-history, the tables and files it logged), which is how the tests check what a job wrote.
+`log_sweep_run` logs a sweep as one more run of the group (job type `sweep`): the comparison
+table, the side-by-side table, the sweep's answers as W&B charts a reader can hover (a line
+per scheduler against the load parameter: evictions, requests evicted, recomputed prefill,
+victims' and others' median E2E, prefix-cache recovery on resume, SLO attainment, goodput,
+and the gap between the schedulers; `experiments.report.charts`) and the PNG figures;
+`log_sweep_dir` builds all of it from a sweep folder. `quiet` (the default) turns off W&B's
+console capture, system metrics, machine and code snapshots: what costs time and says
+nothing about a simulated replay. `read_offline_run` reads an offline run's `.wandb` file
+back (config, summary, group, history, the tables, charts and files it logged), which is how
+the tests check what a job wrote.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from experiments.report.charts import ChartData
 from experiments.results.sinks import json_safe
 
 MODES = ("offline", "online", "disabled")
@@ -126,8 +134,9 @@ SUMMARY_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("requests/", ("completed", "rejected", "rejection", "aborted", "failed", "unfinished",
                    "offered", "dropped", "num_requests", "total_input_tokens",
                    "total_output_tokens")),
-    ("kv/", ("kv_", "batch", "running", "scheduled", "num_steps", "prefill_tokens",
-             "decode_tokens", "computed_tokens")),
+    ("kv/", ("kv_",)),
+    ("steps/", ("batch", "running", "scheduled", "num_steps", "prefill_tokens",
+                "decode_tokens", "computed_tokens")),
 )
 
 
@@ -145,20 +154,25 @@ def grouped_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     return {summary_key(k): v for k, v in summary.items()}
 
 
-# History series: (W&B key, which Binned table, its column)
+# History series on simulated time, all under `timeline/`: no history key is a summary key,
+# and W&B keeps no summary of them (`define_metric(..., summary="none")`), so the summary
+# holds the run's totals (summary.json's values) and nothing else, never a bin's value under
+# a run-level name. (W&B key, which `Binned` table, its column).
+HISTORY_PREFIX = "timeline/"
 HISTORY: tuple[tuple[str, str, str], ...] = (
-    ("kv/used_tokens", "mean", "kv_used_tokens"),
-    ("kv/used_tokens_max", "max", "kv_used_tokens"),
-    ("kv/cached_tokens", "mean", "kv_cached_tokens"),
-    ("queue/running_requests", "mean", "running_requests"),
-    ("queue/waiting_requests", "mean", "waiting_requests"),
-    ("batch/tokens", "mean", "batch_tokens"),
-    ("batch/requests", "mean", "batch_requests"),
-    ("eviction/evictions", "total", "evictions"),
-    ("swap/swap_outs", "total", "swap_outs"),
-    ("swap/swap_ins", "total", "swap_ins"),
-    ("requests/finished", "total", "finished_requests"),
+    ("timeline/kv_used_tokens_mean", "mean", "kv_used_tokens"),
+    ("timeline/kv_used_tokens_max", "max", "kv_used_tokens"),
+    ("timeline/kv_cached_tokens_mean", "mean", "kv_cached_tokens"),
+    ("timeline/running_requests_mean", "mean", "running_requests"),
+    ("timeline/waiting_requests_mean", "mean", "waiting_requests"),
+    ("timeline/batch_tokens_mean", "mean", "batch_tokens"),
+    ("timeline/batch_requests_mean", "mean", "batch_requests"),
+    ("timeline/evictions_in_bin", "total", "evictions"),
+    ("timeline/swap_outs_in_bin", "total", "swap_outs"),
+    ("timeline/swap_ins_in_bin", "total", "swap_ins"),
+    ("timeline/finished_requests_in_bin", "total", "finished_requests"),
 )
+BUSY_KEY = "timeline/busy_share"
 TIME_KEY = "sim_time_s"
 
 
@@ -173,7 +187,7 @@ def history_rows(steps: pa.Table, bins: int) -> list[dict[str, float]]:
     tables = {"mean": b.mean, "max": b.max, "total": b.total}
     rows = []
     for i in range(len(b)):
-        row = {TIME_KEY: float(b.edges[i + 1]), "kv/busy_share": float(b.busy_share[i])}
+        row = {TIME_KEY: float(b.edges[i + 1]), BUSY_KEY: float(b.busy_share[i])}
         for key, table, col in HISTORY:
             v = float(tables[table][col][i])
             if np.isfinite(v):
@@ -236,8 +250,8 @@ def log_run(config: Mapping[str, Any], summary: Mapping[str, Any], requests: pa.
     run = _init(opts, root, group, name, str(summary.get("scheduler", "job")), cfg)
     try:
         if steps is not None and opts.history_bins:
-            run.define_metric(TIME_KEY)
-            run.define_metric("*", step_metric=TIME_KEY)
+            run.define_metric(TIME_KEY, summary="none")
+            run.define_metric(HISTORY_PREFIX + "*", step_metric=TIME_KEY, summary="none")
             for row in history_rows(steps, opts.history_bins):
                 run.log(row)
         payload: dict[str, Any] = {}
@@ -255,11 +269,23 @@ def log_run(config: Mapping[str, Any], summary: Mapping[str, Any], requests: pa.
     return run_dir
 
 
+def _chart(chart: ChartData) -> Any:
+    """A W&B line chart (a line per series) or, without an x column, a bar per row."""
+    import wandb
+
+    table = _table(chart.table)
+    if chart.x is None:
+        return wandb.plot.bar(table, chart.series, chart.y, title=chart.title)
+    return wandb.plot.line(table, chart.x, chart.y, stroke=chart.series, title=chart.title)
+
+
 def log_sweep_run(sweep_dir: str | Path, comparison: Any, side_by_side: Any,
                   figures: Mapping[str, Path], opts: WandbOptions, group: str | None,
-                  name: str, config: Mapping[str, Any]) -> Path | None:
-    """Log a sweep's comparison table (a row per job), its side-by-side table and figures as
-    one run of the sweep's group (job type `sweep`), in `<sweep_dir>/wandb/`."""
+                  name: str, config: Mapping[str, Any],
+                  charts: Sequence[ChartData] = ()) -> Path | None:
+    """Log a sweep as one run of its group (job type `sweep`), in `<sweep_dir>/wandb/`: the
+    comparison table (a row per job), the side-by-side table, the `charts` (each a W&B chart
+    backed by its table, `<key>_table`) and the PNG figures."""
     if opts.mode == "disabled":
         return None
     import wandb
@@ -269,6 +295,7 @@ def log_sweep_run(sweep_dir: str | Path, comparison: Any, side_by_side: Any,
     try:
         payload: dict[str, Any] = {"tables/comparison": _table(comparison),
                                    "tables/side_by_side": _table(side_by_side.reset_index())}
+        payload.update({chart.key: _chart(chart) for chart in charts})
         for key, path in figures.items():
             if path.suffix == ".png":
                 payload[f"figures/{key}"] = wandb.Image(str(path))
@@ -281,6 +308,29 @@ def log_sweep_run(sweep_dir: str | Path, comparison: Any, side_by_side: Any,
     finally:
         run.finish()
     return run_dir
+
+
+def log_sweep_dir(sweep_dir: str | Path, opts: WandbOptions, group: str | None, name: str,
+                  config: Mapping[str, Any], figures: Mapping[str, Path] | None = None,
+                  load_param: str | None = None) -> Path | None:
+    """The sweep's W&B run from its folder: the comparison and side-by-side tables of its
+    jobs, the charts of `experiments.report.charts.sweep_charts` against `load_param` (else
+    the parameter that reads as load, `tables.pick_load_param`) and `figures`."""
+    from experiments.report.charts import sweep_charts
+    from experiments.report.tables import (
+        comparison_frame,
+        load_sweep,
+        pick_load_param,
+        side_by_side,
+        varied_params,
+    )
+
+    jobs = load_sweep(sweep_dir)
+    params = varied_params(jobs)
+    frame = comparison_frame(jobs, params)
+    x = load_param if load_param in params else pick_load_param(params, frame)
+    return log_sweep_run(sweep_dir, frame, side_by_side(jobs, params), figures or {}, opts,
+                         group, name, config, sweep_charts(frame, params, x))
 
 
 def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -326,6 +376,22 @@ class OfflineRun:
     history_keys: set[str] = field(default_factory=set)
     history: list[dict[str, Any]] = field(default_factory=list)
     job_type: str = ""
+    exited: bool = False  # the exit record is there: W&B has written the whole run
+
+    @property
+    def charts(self) -> dict[str, dict[str, Any]]:
+        """The custom charts the run logged (`wandb.plot.*`): key -> W&B's panel config
+        (`panel_config.fieldSettings` names the columns drawn)."""
+        return dict((self.config.get("_wandb") or {}).get("visualize") or {})
+
+    def table(self, key: str) -> tuple[list[str], list[list[Any]]]:
+        """The columns and rows of the table logged under `key` (as the summary holds it;
+        a chart's table is `<chart key>_table`)."""
+        entry = self.summary.get(key)
+        if not isinstance(entry, dict) or "path" not in entry:
+            raise KeyError(f"{self.path.parent}: no table {key!r} in the summary")
+        data = json.loads((self.path.parent / "files" / entry["path"]).read_text())
+        return list(data["columns"]), list(data["data"])
 
 
 def _records(data: bytes) -> list[bytes]:
@@ -358,7 +424,9 @@ def _set(target: dict[str, Any], item: Any) -> None:
 
 
 def read_offline_run(run_dir: str | Path) -> OfflineRun:
-    """Decode the `run-*.wandb` file of an offline run folder."""
+    """Decode the `run-*.wandb` file of an offline run folder. W&B's service process writes
+    the file's last records after `run.finish()` returns: in the process that logged the run,
+    `wandb.teardown()` first (or check `exited`)."""
     import importlib
 
     # Generated protobuf code: typed as Any, since not every wandb release ships its stubs.
@@ -393,6 +461,8 @@ def read_offline_run(run_dir: str | Path) -> OfflineRun:
             out.history.append(row)
         elif kind == "files":
             out.files.extend(f.path for f in rec.files.files)
+        elif kind == "exit":
+            out.exited = True
     return out
 
 

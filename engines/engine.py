@@ -1,6 +1,8 @@
 """The step loop over a virtual clock (DESIGN.md, "Engine and clock").
 
-Each iteration:
+The engine runs the loop the scheduler declares (`LoopDeclaringScheduler`, DESIGN.md "Engine
+loops"): the synchronous loop below, or the batch-queue loop of engines/pipeline.py (vLLM's
+async scheduling). Each iteration of the synchronous loop:
 1. admit every request whose `arrival_time <= clock`: `executor.register(request)`; with
    `admission` limits, a request over them ends "rejected_503" at once (engines/admission.py);
    then `scheduler.add_request(request)`: a non-None return is a rejection reason and the
@@ -45,8 +47,19 @@ from engines.arrivals import ArrivalQueue
 from engines.errors import DeadlockError, InvariantViolation, NoProgressError, StepLimitError
 from engines.executors.base import DecodeRunExecutor, Executor, ReleasingExecutor
 from engines.livelock import ProgressWatch, format_ids
+from engines.pipeline import BatchQueueLoop
 from engines.records import Recorder
-from schedulers.contract import DecodeRunScheduler, Request, Scheduler, StepPlan, StepResult
+from schedulers.contract import (
+    BATCH_QUEUE,
+    SYNCHRONOUS,
+    DecodeRunScheduler,
+    EngineLoop,
+    LoopDeclaringScheduler,
+    Request,
+    Scheduler,
+    StepPlan,
+    StepResult,
+)
 
 # A replay allocates millions of long-lived objects (requests, blocks, token lists) and
 # makes almost no reference cycles: at the default threshold (700 net container allocations)
@@ -73,6 +86,8 @@ _MAX_RUN_STEPS = 4096
 
 
 SchedulerCheck = Callable[[Scheduler], None]
+# The loops this engine implements, by `EngineLoop.name` (SGLang's overlap loop goes here).
+_LOOPS = (SYNCHRONOUS.name, BATCH_QUEUE.name)
 
 
 @dataclass(slots=True)
@@ -138,15 +153,25 @@ class Engine:
         self.recorder.start(self.arrivals.total)
         self.clock = 0.0
         self._ran = False
-        # Decode runs need both sides' support, and no per-step `check` (decided in `run`).
-        # (tested once here: a protocol isinstance is too slow for the step loop)
+        # The loop the scheduler declares (DESIGN.md, "Engine loops"); synchronous if none.
+        self.loop: EngineLoop = (scheduler.engine_loop
+                                 if isinstance(scheduler, LoopDeclaringScheduler)
+                                 else SYNCHRONOUS)
+        if self.loop.name not in _LOOPS:
+            raise ValueError(f"engine: {scheduler.name} declares the engine loop "
+                             f"{self.loop.name!r}; this engine runs: {', '.join(_LOOPS)}")
+        # Decode runs need both sides' support, the synchronous loop and no per-step `check`
+        # (decided in `run`). (tested once here: a protocol isinstance is too slow for the
+        # step loop)
         self._runs: tuple[DecodeRunScheduler, DecodeRunExecutor] | None = (
-            (scheduler, executor) if decode_runs and isinstance(scheduler, DecodeRunScheduler)
+            (scheduler, executor) if decode_runs and not self.loop.pipelined
+            and isinstance(scheduler, DecodeRunScheduler)
             and isinstance(executor, DecodeRunExecutor) else None)
         self.decode_runs = self._runs is not None
         self.num_decode_run_steps = 0
 
-    def _run_check(self, clock: float) -> None:
+    def run_check(self, clock: float) -> None:
+        """Run the invariant check after a committed step, naming the step and `clock`."""
         assert self.check is not None
         try:
             self.check(self.scheduler)
@@ -155,7 +180,7 @@ class Engine:
                 f"engine: {self.scheduler.name} broke an invariant after step "
                 f"{self.recorder.num_steps} at t={clock:.6f}s: {type(e).__name__}: {e}") from e
 
-    def _admit(self, req: Request, clock: float) -> bool:
+    def admit(self, req: Request, clock: float) -> bool:
         """`req` arrives at `clock`: the front door, then the scheduler. Returns whether the
         scheduler accepted it."""
         door, rec = self.door, self.recorder
@@ -221,7 +246,7 @@ class Engine:
             waiting = [stats.num_waiting] * len(starts) if isinstance(stats.num_waiting, int) \
                 else list(stats.num_waiting)
             for req, at, j in due:
-                if self._admit(req, at):
+                if self.admit(req, at):
                     for step in range(j, len(starts)):
                         waiting[step] += 1
             stats.num_waiting = waiting
@@ -231,9 +256,10 @@ class Engine:
         self.num_decode_run_steps += len(starts)
         return clock
 
-    def _observe(self, plan: StepPlan, finished: list[tuple[str, str]], clock: float) -> None:
+    def observe(self, plan: StepPlan, ended: list[str], clock: float) -> None:
+        """Show the livelock watch a plan and the requests that ended with it."""
         try:
-            self.watch.observe(plan, (rid for rid, _ in finished))
+            self.watch.observe(plan, ended)
         except NoProgressError as e:
             # The context is formatted here, on the error, not on every step.
             stats = self.scheduler.stats()
@@ -252,12 +278,35 @@ class Engine:
             return self._run()
 
     def _run(self) -> EngineResult:
+        rec, arrivals = self.recorder, self.arrivals
+        release = self.executor.release if isinstance(self.executor, ReleasingExecutor) \
+            else None
+        start_time = arrivals.peek_time() if arrivals.pending() else 0.0
+        if self.loop.pipelined:
+            clock = BatchQueueLoop(self, self.loop.batch_queue_size).run(self.clock)
+        else:
+            clock = self._run_synchronous(self.clock)
+        self.clock = clock
+        if self.check is not None:
+            self.run_check(clock)
+        for rid in rec.release_ended():
+            if release is not None:
+                release(rid)
+        rec.finish()
+        return EngineResult(
+            recorder=rec,
+            start_time=start_time,
+            end_time=max(clock, start_time),
+            num_steps=rec.num_steps,
+        )
+
+    def _run_synchronous(self, clock: float) -> float:
+        """The synchronous loop from `clock` (module docstring); returns the clock when every
+        request has ended."""
         sched, executor, rec = self.scheduler, self.executor, self.recorder
         arrivals = self.arrivals
         release = executor.release if isinstance(executor, ReleasingExecutor) else None
         stall = 0
-        clock = self.clock
-        start_time = arrivals.peek_time() if arrivals.pending() else 0.0
         use_runs = self.decode_runs and self.check is None
         door = self.door
         watch = self.watch
@@ -267,7 +316,7 @@ class Engine:
                 if release is not None:
                     release(rid)
             while arrivals.peek_time() <= clock:
-                self._admit(arrivals.pop(), clock)
+                self.admit(arrivals.pop(), clock)
             if not sched.has_unfinished():
                 if not arrivals.pending():
                     break
@@ -296,8 +345,8 @@ class Engine:
             if door is not None:
                 door.on_step(plan, events)
             if self.check is not None:
-                self._run_check(clock)
-            self._observe(plan, events.finished, clock)
+                self.run_check(clock)
+            self.observe(plan, [rid for rid, _ in events.finished], clock)
             if plan.chunks or plan.aborted or events.finished:
                 stall = 0
                 continue
@@ -318,16 +367,4 @@ class Engine:
                 f"stuck: {format_ids(live)}",
                 live,
             )
-        self.clock = clock
-        if self.check is not None:
-            self._run_check(clock)
-        for rid in rec.release_ended():
-            if release is not None:
-                release(rid)
-        rec.finish()
-        return EngineResult(
-            recorder=rec,
-            start_time=start_time,
-            end_time=max(clock, start_time),
-            num_steps=rec.num_steps,
-        )
+        return clock

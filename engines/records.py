@@ -118,6 +118,13 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("swap_out_bytes", _I, "bytes copied to the host"),
     Column("swap_in_bytes", _I, "bytes copied back"),
     Column("swap_s", _F, "the part of duration_s spent copying, as the executor reports it"),
+    # the engine loop (DESIGN.md, "Engine loops"): when the plan was made, and what was in
+    # flight then; the step's result is committed at start_time + duration_s
+    Column("planned_at", _F, "when the scheduler made the plan (the clock then; start_time "
+           "in the synchronous loop, earlier when it waited behind a step in flight)",
+           per_step=True),
+    Column("in_flight", _I, "steps launched and not yet committed when the plan was made "
+           "(0: synchronous; 1 in a pipelined loop's steady state)"),
 )
 
 REQUEST_SCHEMA = pa.schema([(c.name, c.type) for c in REQUEST_COLUMNS])
@@ -157,13 +164,15 @@ def step_row(
     swap_out_bytes: Any,
     swap_in_bytes: Any,
     swap_s: Any,
+    planned_at: Any,
+    in_flight: Any,
 ) -> tuple[Any, ...]:
     """One step row as a tuple in `STEP_SCHEMA` order."""
     return (step, start_time, duration_s, num_scheduled_reqs, num_tokens, num_prefill_tokens,
             num_decode_tokens, num_decode_reqs, num_preempted, num_aborted, num_finished,
             kv_used_tokens, kv_cached_tokens, num_running, num_waiting, forward_mode,
             num_swap_out, num_swap_in, num_swap_fallbacks, swap_out_tokens, swap_in_tokens,
-            swap_out_bytes, swap_in_bytes, swap_s)
+            swap_out_bytes, swap_in_bytes, swap_s, planned_at, in_flight)
 
 
 def columns_doc(title: str, columns: Sequence[Column]) -> str:
@@ -195,6 +204,15 @@ def _column_array(values: list[object], typ: pa.DataType) -> pa.Array:
         return _list_column(values, typ,  # type: ignore[arg-type]
                             np.float64 if float_items else np.int64)
     return pa.array(values, typ)
+
+
+class Launched(NamedTuple):
+    """What a launched plan's step row needs when it is committed (`Recorder.on_launch`)."""
+
+    prefill: int
+    decode: int
+    swap_out_tokens: int
+    swap_in_tokens: int
 
 
 class _Row:
@@ -335,7 +353,14 @@ class Recorder:
 
     def on_step(self, plan: StepPlan, result: StepResult, events: StepEvents,
                 start: float, end: float, stats: SchedulerStats) -> None:
-        """Record one committed step that ran from `start` to `end` on the virtual clock."""
+        """Record one step of the synchronous loop, planned at `start` and run from `start`
+        to `end` on the virtual clock: `on_launch`, then `on_commit`."""
+        launched = self.on_launch(plan, start)
+        self.on_commit(plan, result, events, launched, start, end, stats, start, 0)
+
+    def on_launch(self, plan: StepPlan, start: float) -> Launched:
+        """A plan starts executing at `start`: its evictions and chunks (what requests
+        computed). Returns the counts its step row needs (`on_commit`)."""
         rows = self._rows
         prefill = decode = 0
         swapped_in: dict[str, int] = {}
@@ -369,10 +394,20 @@ class Recorder:
             row.cur = e
             row.computed += n
             plen = row.prompt_len
-            if n == 1 and c.sample and s >= plen and s == plen + row.nout - 1:
+            # the sequence's last position: plen + nout - 1, or plen + nout when the token
+            # there is still to be committed (a pipelined loop)
+            if n == 1 and c.sample and s >= plen and s >= plen + row.nout - 1:
                 decode += 1
             else:
                 prefill += n
+        return Launched(prefill, decode, swap_out_tokens, swap_in_tokens)
+
+    def on_commit(self, plan: StepPlan, result: StepResult, events: StepEvents,
+                  launched: Launched, start: float, end: float, stats: SchedulerStats,
+                  planned_at: float, in_flight: int) -> None:
+        """The result of `plan` (launched at `start`, see `on_launch`) is committed at `end`:
+        its tokens, finishes and aborts, and its step row."""
+        rows = self._rows
         if events.new_token_ids:
             for rid, toks in events.new_token_ids.items():
                 k = len(toks)
@@ -393,6 +428,7 @@ class Recorder:
             held = rows.get(rid)
             if held is not None:
                 self._end(held, why, "", end)
+        prefill, decode = launched.prefill, launched.decode
         self._add_step_row(step_row(
             step=self._num_steps, start_time=start, duration_s=end - start,
             num_scheduled_reqs=len(plan.chunks), num_tokens=prefill + decode,
@@ -402,9 +438,10 @@ class Recorder:
             kv_cached_tokens=stats.kv_cached_tokens, num_running=stats.num_running,
             num_waiting=stats.num_waiting, forward_mode=plan.forward_mode,
             num_swap_out=len(plan.swap_out), num_swap_in=len(plan.swap_in),
-            num_swap_fallbacks=len(plan.swap_fallbacks), swap_out_tokens=swap_out_tokens,
-            swap_in_tokens=swap_in_tokens, swap_out_bytes=result.swap_out_bytes,
-            swap_in_bytes=result.swap_in_bytes, swap_s=result.swap_s,
+            num_swap_fallbacks=len(plan.swap_fallbacks),
+            swap_out_tokens=launched.swap_out_tokens, swap_in_tokens=launched.swap_in_tokens,
+            swap_out_bytes=result.swap_out_bytes, swap_in_bytes=result.swap_in_bytes,
+            swap_s=result.swap_s, planned_at=planned_at, in_flight=in_flight,
         ))
 
     def on_decode_run(self, run: DecodeRun, starts: Sequence[float], ends: Sequence[float],
@@ -446,7 +483,8 @@ class Recorder:
             kv_used_tokens=stats.kv_used_tokens, kv_cached_tokens=stats.kv_cached_tokens,
             num_running=running, num_waiting=stats.num_waiting, forward_mode=run.forward_mode,
             num_swap_out=0, num_swap_in=0, num_swap_fallbacks=0, swap_out_tokens=0,
-            swap_in_tokens=0, swap_out_bytes=0, swap_in_bytes=0, swap_s=0.0))
+            swap_in_tokens=0, swap_out_bytes=0, swap_in_bytes=0, swap_s=0.0,
+            planned_at=starts, in_flight=0))
         self._num_steps += k
         if len(self._steps) >= self._step_batch_rows:
             self._flush_steps()

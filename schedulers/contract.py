@@ -12,6 +12,36 @@ from typing import Any, Protocol, runtime_checkable
 
 # Token id the simulated executor emits when a request reaches its EOS length.
 DEFAULT_EOS_TOKEN_ID = 2
+# A chunk's token that the step still in flight samples (pipelined loops: `EngineLoop`); the
+# engine puts that step's sampled token in its place before executing the chunk, as the
+# upstream model runners read the previous step's sampled token on the device.
+PLACEHOLDER_TOKEN_ID = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoop:
+    """How the engine drives a scheduler (DESIGN.md, "Engine loops"), declared by the
+    scheduler (`LoopDeclaringScheduler`); the engine implements each one by its `name`.
+
+    `batch_queue_size` is the most plans launched and not yet committed: 1 is the synchronous
+    loop (schedule, execute, commit); 2 plans step k+1 while step k executes and commits k
+    after, with k+1's plan already made (vLLM's `EngineCore.step_with_batch_queue`).
+    """
+
+    name: str
+    batch_queue_size: int
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a plan is made before the previous step's result is committed."""
+        return self.batch_queue_size > 1
+
+
+# upstream's synchronous loops: vLLM `EngineCore.step`, SGLang `event_loop_normal`
+SYNCHRONOUS = EngineLoop("synchronous", 1)
+# vLLM `EngineCore.step_with_batch_queue` with `max_concurrent_batches` 2 (async scheduling)
+BATCH_QUEUE = EngineLoop("batch_queue", 2)
+ENGINE_LOOPS: dict[str, EngineLoop] = {loop.name: loop for loop in (SYNCHRONOUS, BATCH_QUEUE)}
 
 
 @dataclass(slots=True, eq=False)
@@ -218,7 +248,8 @@ class Scheduler(Protocol):
         ...
 
     def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
-        """Commit the executor's result for `plan` (the one `schedule()` just returned)."""
+        """Commit the executor's result for `plan`: the one `schedule()` just returned, or,
+        in a pipelined loop (`LoopDeclaringScheduler`), the oldest plan not yet committed."""
         ...
 
     def abort(self, request_id: str, reason: str) -> None:
@@ -251,6 +282,16 @@ class DecodeRunScheduler(Protocol):
         """Whether an arrival during a run changes none of the run's decisions (the engine
         then admits it at its step boundary instead of stopping the run before it)."""
         ...
+
+
+@runtime_checkable
+class LoopDeclaringScheduler(Protocol):
+    """Capability: a scheduler that says which engine loop drives it (`EngineLoop`); one
+    without it runs in the synchronous loop. A pipelined scheduler plans with the previous
+    step still in flight: a chunk may hold `PLACEHOLDER_TOKEN_ID` for the token that step
+    samples, and `update_from_output` may commit a plan older than the last `schedule()`."""
+
+    engine_loop: EngineLoop
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedulers.contract import CapacityConfig, Scheduler, SelfCheckingScheduler
+from schedulers.contract import ENGINE_LOOPS, CapacityConfig, Scheduler, SelfCheckingScheduler
 from schedulers.eviction import EvictionOptions
 
 # The methods of the `Scheduler` protocol (its data members, name and page_size, are
@@ -44,6 +44,19 @@ class ConformanceRules:
     sort_arrivals: bool = False
     flush_finished: bool = False
     preempted_as_set: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoopChoice:
+    """One engine loop a scheduler can run (`schedulers.contract.ENGINE_LOOPS`, by name) and
+    the config fields that select it, e.g. vLLM's batch queue by `async_scheduling=True`."""
+
+    loop: str
+    fields: tuple[tuple[str, Any], ...] = ()
+
+    def config_fields(self) -> dict[str, Any]:
+        """The fields as keyword arguments of the scheduler's config."""
+        return dict(self.fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +82,10 @@ class SchedulerEntry:
     - `self_check`: it can check its own bookkeeping after a step (`check_invariants=true`):
       by `check_invariants(scheduler)` when given, else by the scheduler's own
       `check_invariants()` (`schedulers.contract.SelfCheckingScheduler`);
+    - `loops`: the engine loops it can run (`LoopChoice`: the loop and the config fields
+      that select it; a built one declares the loop it runs as `engine_loop`,
+      `schedulers.contract.LoopDeclaringScheduler`); the first is the one its config's
+      defaults select;
     - `upstream`: the pinned upstream release it mirrors (e.g. "vllm 0.32.0"), whose recorded
       decisions its conformance cases (tests/conformance/<name>/) replay; then
       `conformance(config_line)` builds it from a conformance workload (docs/CONFORMANCE.md)
@@ -97,8 +114,14 @@ class SchedulerEntry:
     check_invariants: Callable[[Any], None] | None = None
     conformance: Callable[[Mapping[str, Any]], Scheduler] | None = None
     conformance_rules: ConformanceRules = field(default_factory=ConformanceRules)
+    loops: tuple[LoopChoice, ...] = (LoopChoice("synchronous"),)
     in_default_comparison: bool = True
     test_only: bool = False
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether one of its loops plans a step before the previous one is committed."""
+        return any(ENGINE_LOOPS[c.loop].pipelined for c in self.loops)
 
     @property
     def display_name(self) -> str:
@@ -165,6 +188,16 @@ def check_entry(entry: SchedulerEntry) -> None:
         if name is not None and name not in fields:
             raise ValueError(f"{where}: {what}={name!r} is not a field of "
                              f"{entry.config_cls.__name__}")
+    if not entry.loops:
+        raise ValueError(f"{where}: loops is empty (a scheduler runs in at least one loop)")
+    for choice in entry.loops:
+        if choice.loop not in ENGINE_LOOPS:
+            raise ValueError(f"{where}: loop {choice.loop!r} is unknown; valid: "
+                             f"{', '.join(ENGINE_LOOPS)}")
+        unknown = sorted(set(choice.config_fields()) - fields)
+        if unknown:
+            raise ValueError(f"{where}: loop {choice.loop!r} selected by "
+                             f"{', '.join(unknown)}: not a field of {entry.config_cls.__name__}")
     if isinstance(entry.build, type):
         missing = [m for m in _SCHEDULER_METHODS if not callable(getattr(entry.build, m, None))]
         if missing:
@@ -201,7 +234,7 @@ def find(name: str) -> SchedulerEntry | None:
     return _ENTRIES.get(name)
 
 
-CAPABILITIES = ("evicts", "swaps", "self_check", "upstream")
+CAPABILITIES = ("evicts", "swaps", "self_check", "upstream", "pipelined")
 
 
 def names(capability: str | None = None) -> tuple[str, ...]:

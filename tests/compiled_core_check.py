@@ -16,7 +16,7 @@ from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.inputs.workloads import LengthDist, SyntheticWorkload, generate_synthetic
 from experiments.results.record_source import table_digest
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
-from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
+from schedulers.vllm import VllmSchedulerConfig, build_scheduler
 
 MODEL = ModelSpec(name="tiny", hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
                   num_key_value_heads=4, intermediate_size=512, vocab_size=32000)
@@ -30,6 +30,9 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("vllm", {"block_size": 16, "victim_policy": "most_kv", "max_num_batched_tokens": 512,
               "long_prefill_token_threshold": 128}),
     ("vllm", {"block_size": 8, "policy": "priority", "watermark": 0.05, **SWAP}),
+    # the pipelined loop (engines/pipeline.py, schedulers/vllm/async_scheduler.py)
+    ("vllm", {"block_size": 16, "max_num_seqs": 32, "async_scheduling": True}),
+    ("vllm", {"block_size": 8, "policy": "priority", "async_scheduling": True, **SWAP}),
     ("sglang", {"page_size": 16, **EAGER}),
     ("sglang", {"page_size": 1, "schedule_policy": "lpm", "chunked_prefill_size": 256,
                 **EAGER}),
@@ -49,12 +52,13 @@ def workload() -> SyntheticWorkload:
 def main() -> int:
     out: dict[str, Any] = {
         "modules": {m: getattr(sys.modules[m], "__file__", "") for m in
-                    ("schedulers.vllm.scheduler", "schedulers.sglang.scheduler",
-                     "engines.engine", "engines.records")},
+                    ("schedulers.vllm.scheduler", "schedulers.vllm.async_scheduler",
+                     "schedulers.sglang.scheduler", "engines.engine", "engines.pipeline",
+                     "engines.records")},
         "runs": [],
     }
     for kind, fields in CONFIGS:
-        sched = (VllmScheduler(VllmSchedulerConfig.from_capacity(CAPACITY, **fields))
+        sched = (build_scheduler(VllmSchedulerConfig.from_capacity(CAPACITY, **fields))
                  if kind == "vllm" else
                  SglangScheduler(SglangSchedulerConfig.from_capacity(CAPACITY, **fields)))
         res = Engine(sched, SimExecutor(MODEL, HW), generate_synthetic(workload())).run()

@@ -118,7 +118,8 @@ def test_builders_name_bad_fields() -> None:
                        match=r"scheduler.name='orca': unknown; valid: (\w+, )*sglang, vllm"):
         build_scheduler({"name": "orca"}, 1024)
     if vllm_available():
-        with pytest.raises(ValueError, match=r"unknown field.*max_seqs; valid: block_size"):
+        with pytest.raises(ValueError,
+                           match=r"unknown field.*max_seqs; valid: async_scheduling, block_size"):
             build_scheduler({"name": "vllm", "max_seqs": 4}, 1024)
     with pytest.raises(ValueError, match=r"model: unknown field.*layers"):
         build_model({"name": "m", "layers": 2})

@@ -18,8 +18,11 @@ from engines.engine import Engine
 from experiments.run.build import build_scheduler
 from schedulers import registry
 from schedulers.contract import (
+    ENGINE_LOOPS,
+    SYNCHRONOUS,
     CapacityConfig,
     DecodeRunScheduler,
+    LoopDeclaringScheduler,
     Request,
     Scheduler,
     SwappingScheduler,
@@ -130,6 +133,28 @@ def test_every_registered_scheduler_honours_the_contract(name: str) -> None:
     assert ipc(reqs) == ipc(again[0]) and ipc(steps) == ipc(again[1])
 
 
+def engine_loop(scheduler: Scheduler) -> str:
+    return (scheduler.engine_loop if isinstance(scheduler, LoopDeclaringScheduler)
+            else SYNCHRONOUS).name
+
+
+@pytest.mark.parametrize("name", registry.all_names())
+def test_every_declared_loop_runs(name: str) -> None:
+    """loops: the fields of each choice build a scheduler that declares that loop, and the
+    engine runs it to the end; the config's defaults select the first."""
+    entry = registry.get(name)
+    assert engine_loop(build_scheduler_for(name, CAPACITY)) == entry.loops[0].loop
+    assert entry.pipelined == any(ENGINE_LOOPS[c.loop].pipelined for c in entry.loops)
+    for choice in entry.loops:
+        sched = build_scheduler_for(name, CAPACITY, **choice.config_fields())
+        assert engine_loop(sched) == choice.loop
+        engine = Engine(sched, tiny_sim(), requests(),
+                        check=invariant_check_for(sched) if entry.self_check else None)
+        rows = engine.run().requests.to_pylist()
+        assert engine.loop.name == choice.loop
+        assert all(r["finish_reason"] in ("stop", "length") for r in rows)
+
+
 @pytest.mark.parametrize("name", registry.all_names())
 def test_capabilities_are_what_the_engine_sees(
         name: str, make_scheduler: Callable[..., Scheduler]) -> None:
@@ -164,6 +189,16 @@ def test_registration_checks_the_declared_capabilities() -> None:
         registry.register(dataclasses.replace(entry, name="bad", upstream="x 1.0"))
     with pytest.raises(ValueError, match=r"'bad': page_field='block' is not a field"):
         registry.register(dataclasses.replace(entry, name="bad", page_field="block"))
+    with pytest.raises(ValueError, match=r"'bad': loop 'overlap' is unknown; valid: "
+                                         "synchronous, batch_queue"):
+        registry.register(dataclasses.replace(entry, name="bad",
+                                              loops=(registry.LoopChoice("overlap"),)))
+    with pytest.raises(ValueError, match=r"'bad': loop 'batch_queue' selected by async: not "
+                                         "a field of FcfsConfig"):
+        registry.register(dataclasses.replace(entry, name="bad", loops=(
+            registry.LoopChoice("batch_queue", (("async", True),)),)))
+    with pytest.raises(ValueError, match=r"'bad': loops is empty"):
+        registry.register(dataclasses.replace(entry, name="bad", loops=()))
     assert "bad" not in registry.all_names()
 
 

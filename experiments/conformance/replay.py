@@ -16,13 +16,23 @@ import argparse
 import gzip
 import json
 import sys
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from engines.pipeline import must_commit
 from schedulers import registry
-from schedulers.contract import Request, StepResult
+from schedulers.contract import (
+    SYNCHRONOUS,
+    LoopDeclaringScheduler,
+    Request,
+    Scheduler,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
 
 WorkloadConfig = dict[str, Any]
 RequestRecord = dict[str, Any]
@@ -92,10 +102,10 @@ def _entry(cfg: WorkloadConfig) -> registry.SchedulerEntry:
 def replay(
     cfg: WorkloadConfig, reqs: list[RequestRecord], max_steps: int = 100_000
 ) -> Iterable[dict[str, Any]]:
-    """Yield our decision log, record by record (config, requests, steps, summary)."""
+    """Yield our decision log, record by record (config, requests, steps, summary), in the
+    loop the built scheduler declares (docs/CONFORMANCE.md, "The step loop")."""
     entry = _entry(cfg)
     assert entry.conformance is not None
-    rules = entry.conformance_rules
     sched = entry.conformance(cfg)
     yield {"type": "config", **{k: v for k, v in cfg.items() if k != "type"}}
     for r in reqs:
@@ -106,24 +116,38 @@ def replay(
             "prompt_len": len(r["prompt"]),
             "max_tokens": r["max_tokens"],
         }
-    live: dict[str, Request] = {}
-    pending = list(reqs)
-    next_arrival = 0
-    n_finished = n_aborted = n_preempted = 0
-    # e.g. the vLLM oracle loops while `Scheduler.has_requests()`, which stays true for one
-    # more (empty) step after the last finish, until `finished_req_ids` is flushed.
-    flush_finished = rules.flush_finished
-    finished_last_step = False
-    step = 0
-    while (
-        next_arrival < len(pending)
-        or sched.has_unfinished()
-        or (flush_finished and finished_last_step)
-    ) and step < max_steps:
+    loop = sched.engine_loop if isinstance(sched, LoopDeclaringScheduler) else SYNCHRONOUS
+    run = _Replay(sched, entry.conformance_rules, reqs)
+    if loop.pipelined:
+        yield from run.batch_queue_steps(loop.batch_queue_size, max_steps)
+    else:
+        yield from run.synchronous_steps(max_steps)
+    yield run.summary()
+
+
+class _Replay:
+    """One workload's requests through one scheduler, step by step, with the fake model."""
+
+    def __init__(self, sched: Scheduler, rules: registry.ConformanceRules,
+                 reqs: list[RequestRecord]) -> None:
+        self.sched = sched
+        self.rules = rules
+        self.pending = reqs
+        self.next_arrival = 0
+        self.n_finished = self.n_aborted = self.n_preempted = 0
+        self.steps = 0
+
+    def arrivals_left(self) -> bool:
+        return self.next_arrival < len(self.pending)
+
+    def admit(self, step: int) -> list[tuple[str, str]]:
+        """Add the requests due at `step`; returns the ones the scheduler refused."""
         rejected: list[tuple[str, str]] = []
-        while next_arrival < len(pending) and pending[next_arrival]["arrival_step"] <= step:
-            r = pending[next_arrival]
-            next_arrival += 1
+        pending = self.pending
+        while self.next_arrival < len(pending) and pending[self.next_arrival]["arrival_step"] \
+                <= step:
+            r = pending[self.next_arrival]
+            self.next_arrival += 1
             req = Request(
                 request_id=r["id"],
                 prompt_token_ids=list(r["prompt"]),
@@ -133,33 +157,81 @@ def replay(
                 ignore_eos=bool(r.get("ignore_eos", False)),
                 eos_token_id=None,  # the format: requests finish by length only
             )
-            reason = sched.add_request(req)
-            if reason is None:
-                live[req.request_id] = req
-            else:
+            reason = self.sched.add_request(req)
+            if reason is not None:
                 rejected.append((req.request_id, reason))
-        plan = sched.schedule()
-        sampled = {
-            c.request_id: fake_token(c.request_id, live[c.request_id].num_tokens)
-            for c in plan.chunks
-            if c.sample
-        }
-        events = sched.update_from_output(plan, StepResult(sampled, duration_s=1.0))
+        return rejected
+
+    @staticmethod
+    def fake_result(plan: StepPlan) -> StepResult:
+        """The fake model: the format's token for every chunk that samples, at the sequence
+        length after the chunk (a pipelined plan's placeholder included)."""
+        sampled = {c.request_id: fake_token(c.request_id, c.start_pos + len(c.token_ids))
+                   for c in plan.chunks if c.sample}
+        return StepResult(sampled, duration_s=1.0)
+
+    def synchronous_steps(self, max_steps: int) -> Iterable[dict[str, Any]]:
+        """Step k: add the arrivals, schedule, run the fake model, commit."""
+        sched = self.sched
+        # e.g. the vLLM oracle loops while `Scheduler.has_requests()`, which stays true for
+        # one more (empty) step after the last finish, until `finished_req_ids` is flushed.
+        flush_finished = self.rules.flush_finished
+        finished_last_step = False
+        step = 0
+        while (self.arrivals_left() or sched.has_unfinished()
+               or (flush_finished and finished_last_step)) and step < max_steps:
+            rejected = self.admit(step)
+            plan = sched.schedule()
+            events = sched.update_from_output(plan, self.fake_result(plan))
+            rec = self.step_record(step, plan, events, rejected)
+            finished_last_step = bool(rec["finished"] or rec["aborted"])
+            yield rec
+            step += 1
+
+    def batch_queue_steps(self, size: int, max_steps: int) -> Iterable[dict[str, Any]]:
+        """One step per call of vLLM's EngineCore.step_with_batch_queue (engines/pipeline.py):
+        add the arrivals; if the scheduler has requests, schedule and queue the plan (its fake
+        result is known at once: the token depends only on the position); commit the oldest
+        plan when the queue is full or nothing more is to be scheduled. A call with nothing
+        to schedule or commit is an idle step (upstream blocks on its input queue)."""
+        sched = self.sched
+        flush_finished = self.rules.flush_finished
+        queue: deque[tuple[StepPlan, StepResult]] = deque()
+        # upstream's `finished_req_ids`: set by a commit that finishes, cleared by schedule()
+        finished_unflushed = False
+        step = 0
+        while (self.arrivals_left() or sched.has_unfinished() or queue
+               or (flush_finished and finished_unflushed)) and step < max_steps:
+            rejected = self.admit(step)
+            plan: StepPlan | None = None
+            commit = bool(queue)
+            if sched.has_unfinished() or (flush_finished and finished_unflushed):
+                plan = sched.schedule()
+                finished_unflushed = False
+                queue.appendleft((plan, self.fake_result(plan)))
+                commit = must_commit(len(queue), size, bool(plan.chunks), sched.has_unfinished())
+            events = sched.update_from_output(*queue.pop()) if commit else None
+            finished_unflushed = finished_unflushed or bool(events and events.finished)
+            yield self.step_record(step, plan, events, rejected)
+            step += 1
+
+    def step_record(self, step: int, plan: StepPlan | None, events: StepEvents | None,
+                    rejected: list[tuple[str, str]]) -> dict[str, Any]:
+        """The log line of one step: `plan` made in it (None: none), `events` of the plan
+        committed in it (None: none)."""
+        plan = plan if plan is not None else StepPlan(step=0, page_size=1, forward_mode="idle")
+        events = events if events is not None else StepEvents()
         aborted = rejected + plan.aborted + [f for f in events.finished if f[1] == "abort"]
         finished = [rid for rid, why in events.finished if why != "abort"]
-        for rid in finished:
-            live.pop(rid, None)
-        for rid, _ in aborted:
-            live.pop(rid, None)
         preempted = list(plan.preempted)
-        if rules.preempted_as_set:
+        if self.rules.preempted_as_set:
             # e.g. vLLM's SchedulerOutput keeps preempted ids in a set; the oracle sorts them.
             preempted = sorted(preempted, key=lambda x: int(x[1:]))
-        finished_last_step = bool(finished or aborted)
-        n_finished += len(finished)
-        n_aborted += len(aborted)
-        n_preempted += len(preempted)
-        yield {
+        self.n_finished += len(finished)
+        self.n_aborted += len(aborted)
+        self.n_preempted += len(preempted)
+        self.steps = step + 1
+        return {
             "type": "step",
             "step": step,
             "mode": plan.forward_mode,
@@ -173,15 +245,16 @@ def replay(
             "aborted": [rid for rid, _ in aborted],
             "abort_reasons": {rid: why for rid, why in aborted},
         }
-        step += 1
-    yield {
-        "type": "summary",
-        "steps": step,
-        "finished": n_finished,
-        "aborted": n_aborted,
-        "preemptions": n_preempted,
-        "num_reqs": len(reqs),
-    }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "type": "summary",
+            "steps": self.steps,
+            "finished": self.n_finished,
+            "aborted": self.n_aborted,
+            "preemptions": self.n_preempted,
+            "num_reqs": len(self.pending),
+        }
 
 
 StepKey = tuple[frozenset[tuple[str, int, int]], list[str], frozenset[str]]

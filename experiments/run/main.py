@@ -267,8 +267,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     try:
         t0 = time.perf_counter()
         try:
-            result = Engine(scheduler, executor, requests, recorder=recorder, check=check,
-                            admission=admission).run()
+            engine = Engine(scheduler, executor, requests, recorder=recorder, check=check,
+                            admission=admission)
+            result = engine.run()
         finally:
             if isinstance(recorder, ProgressRecorder):
                 recorder.close()
@@ -281,6 +282,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             "status": "ok",
             "config_hash": digest,
             "scheduler": scheduler.name,
+            # the loop that drove it (DESIGN.md, "Engine loops"): synchronous or batch_queue
+            "engine_loop": engine.loop.name,
             "executor": str(cfg.executor.name),
             **cost_model_summary(cfg.executor),
             **(real_model_summary(executor, str(cfg.executor.model_path), checkpoint) if real

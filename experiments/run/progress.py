@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engines.records import Recorder, _Row
+from engines.records import Launched, Recorder, _Row
 from schedulers.contract import (
     DecodeRun,
     DecodeRunStats,
@@ -66,10 +66,12 @@ class ProgressRecorder(Recorder):
             self._done += 1
         super()._end(row, reason, detail, now)
 
-    def on_step(self, plan: StepPlan, result: StepResult, events: StepEvents,
-                start: float, end: float, stats: SchedulerStats) -> None:
-        """Record the step; every `every` steps, move the bar."""
-        super().on_step(plan, result, events, start, end, stats)
+    def on_commit(self, plan: StepPlan, result: StepResult, events: StepEvents,
+                  launched: Launched, start: float, end: float, stats: SchedulerStats,
+                  planned_at: float, in_flight: int) -> None:
+        """Record the committed step (of either loop); every `every` steps, move the bar."""
+        super().on_commit(plan, result, events, launched, start, end, stats, planned_at,
+                          in_flight)
         self._pending += 1
         if self._pending >= self._every:
             self._refresh(end)

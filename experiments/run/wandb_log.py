@@ -247,6 +247,7 @@ def log_run(config: Mapping[str, Any], summary: Mapping[str, Any], requests: pa.
     cfg["git_commit"] = commit if commit is not None else summary.get("git_commit")
     cfg["git_dirty"] = summary.get("git_dirty")
     cfg["core"] = summary.get("core")
+    cfg["engine_loop"] = summary.get("engine_loop")
     run = _init(opts, root, group, name, str(summary.get("scheduler", "job")), cfg)
     try:
         if steps is not None and opts.history_bins:

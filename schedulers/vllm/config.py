@@ -21,6 +21,11 @@ class VllmSchedulerConfig(EvictionOptions):
     `random_seed`) are every scheduler's (schedulers/eviction.py), not upstream v1 fields
     (vLLM v0 had `preemption_mode` and `swap_space`); `victim_policy=default` keeps
     upstream's choice of whom to preempt.
+
+    `async_scheduling` (vllm/config/scheduler.py: SchedulerConfig.async_scheduling) picks
+    the `AsyncScheduler` and the engine's batch queue of two (`schedulers.vllm.build`).
+    Upstream resolves it to True on a GPU server; it stays False here until the studies move
+    to the pipelined loops.
     """
 
     num_blocks: int
@@ -33,6 +38,7 @@ class VllmSchedulerConfig(EvictionOptions):
     watermark: float = 0.0
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         def bad(field: str, value: object, why: str) -> ValueError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schedulers.vllm.build import build_scheduler
 from schedulers.vllm.config import VllmSchedulerConfig
 from schedulers.vllm.scheduler import VllmScheduler
 
@@ -12,7 +13,8 @@ from schedulers.vllm.scheduler import VllmScheduler
 def config_from_conformance(cfg: Mapping[str, Any]) -> VllmSchedulerConfig:
     """The config line's upstream names, with the oracle's defaults for those it omits;
     `num_blocks` counts upstream's reserved null block. `reserve_full_isl` is the oracle's
-    name of `scheduler_reserve_full_isl`."""
+    name of `scheduler_reserve_full_isl`. `async_scheduling` true replays the AsyncScheduler in
+    the batch-queue loop; a line without it, the synchronous loop."""
     return VllmSchedulerConfig(
         num_blocks=cfg["num_blocks"],
         block_size=cfg.get("block_size", 16),
@@ -24,9 +26,10 @@ def config_from_conformance(cfg: Mapping[str, Any]) -> VllmSchedulerConfig:
         watermark=cfg.get("watermark", 0.0),
         policy=cfg.get("policy", "fcfs"),
         enable_prefix_caching=cfg.get("enable_prefix_caching", True),
+        async_scheduling=bool(cfg.get("async_scheduling", False)),
     )
 
 
 def vllm_scheduler_from_conformance(cfg: Mapping[str, Any]) -> VllmScheduler:
     """The scheduler a conformance workload's config line describes."""
-    return VllmScheduler(config_from_conformance(cfg))
+    return build_scheduler(config_from_conformance(cfg))

@@ -3,7 +3,8 @@ what it may ask of it, and how its conformance cases replay the real vLLM."""
 
 from __future__ import annotations
 
-from schedulers.registry import ConformanceRules, SchedulerEntry, register
+from schedulers.registry import ConformanceRules, LoopChoice, SchedulerEntry, register
+from schedulers.vllm.build import build_scheduler
 from schedulers.vllm.config import VllmSchedulerConfig
 from schedulers.vllm.conformance import vllm_scheduler_from_conformance
 from schedulers.vllm.invariants import check_vllm_invariants
@@ -15,7 +16,7 @@ def _context_length(scheduler: VllmScheduler) -> int:
 
 
 ENTRY = register(SchedulerEntry(
-    name="vllm", config_cls=VllmSchedulerConfig, build=VllmScheduler,
+    name="vllm", config_cls=VllmSchedulerConfig, build=build_scheduler,
     capacity_field="num_blocks", context_field="max_model_len",
     context_length=_context_length, request_limit=_context_length,
     evicts=True, swaps=True, page_field="block_size", self_check=True,
@@ -26,4 +27,8 @@ ENTRY = register(SchedulerEntry(
     # after a finish) and keeps preempted ids in a set (docs/CONFORMANCE.md)
     conformance_rules=ConformanceRules(sort_arrivals=True, flush_finished=True,
                                        preempted_as_set=True),
+    # upstream's Scheduler in EngineCore.step, or its AsyncScheduler in
+    # EngineCore.step_with_batch_queue (a plain `vllm serve` on a GPU: async_scheduling)
+    loops=(LoopChoice("synchronous", (("async_scheduling", False),)),
+           LoopChoice("batch_queue", (("async_scheduling", True),))),
 ))

@@ -174,6 +174,13 @@ class KVCacheManager:
             )
             self.num_cached_block[request.request_id] = num_full_blocks
 
+    def cache_blocks(self, request: VllmRequest, num_computed_tokens: int) -> None:
+        """mirrors kv_cache_manager.py: KVCacheManager.cache_blocks: hash the request's blocks
+        that `num_computed_tokens` fill (the async scheduler, once an output is committed)."""
+        blocks = self.req_to_blocks.get(request.request_id)
+        if blocks is not None:
+            self._cache_blocks(request, blocks, num_computed_tokens)
+
     def allocate_slots_running(self, request: VllmRequest, num_new_tokens: int
                                ) -> list[KVCacheBlock] | None:
         """`allocate_slots` for a running request: no prefix hit, no admission gate, no

@@ -32,7 +32,7 @@ class VllmRequest:
 
     `all_token_ids` is prompt plus committed outputs; `num_computed_tokens` is how much of it
     has KV (advanced optimistically when scheduled, reset to 0 on preemption). The token debt
-    of a request is `num_tokens - num_computed_tokens`.
+    of a request is `num_tokens + num_output_placeholders - num_computed_tokens`.
     """
 
     __slots__ = (
@@ -44,8 +44,11 @@ class VllmRequest:
         "is_prefill_chunk",
         "max_tokens",
         "num_computed_tokens",
+        "num_in_flight_tokens",
+        "num_output_placeholders",
         "num_preemptions",
         "num_prompt_tokens",
+        "num_stale_output_tokens",
         "priority",
         "request",
         "request_id",
@@ -65,6 +68,14 @@ class VllmRequest:
         self.eos_token_id = None if request.ignore_eos else request.eos_token_id
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
+        # Async scheduling (schedulers/vllm/async_scheduler.py); always 0 in the synchronous
+        # loop. mirrors vllm/v1/request.py: Request.num_output_placeholders (tokens sampled by
+        # plans still in flight, counted in num_computed_tokens), num_in_flight_tokens (tokens
+        # of plans not yet committed), num_stale_output_tokens (the in-flight tokens of a
+        # preemption, whose output still arrives but changes no counter).
+        self.num_output_placeholders = 0
+        self.num_in_flight_tokens = 0
+        self.num_stale_output_tokens = 0
         self.num_preemptions = 0
         self.is_prefill_chunk = False
         self.block_size = block_size

@@ -18,6 +18,7 @@ class RequestQueue(Protocol):
     def pop_request(self) -> VllmRequest: ...
     def peek_request(self) -> VllmRequest: ...
     def prepend_request(self, request: VllmRequest) -> None: ...
+    def prepend_requests(self, requests: list[VllmRequest]) -> None: ...
     def remove_requests(self, requests: Iterable[VllmRequest]) -> None: ...
     def __len__(self) -> int: ...
     def __bool__(self) -> bool: ...
@@ -40,6 +41,11 @@ class FCFSRequestQueue(deque[VllmRequest]):
 
     def prepend_request(self, request: VllmRequest) -> None:
         self.appendleft(request)
+
+    def prepend_requests(self, requests: list[VllmRequest]) -> None:
+        """`requests` back at the head, in their order (mirrors FCFSRequestQueue.
+        prepend_requests, which the scheduler feeds in reverse)."""
+        self.extendleft(reversed(requests))
 
     def remove_requests(self, requests: Iterable[VllmRequest]) -> None:
         to_remove = set(requests)
@@ -69,6 +75,10 @@ class PriorityRequestQueue:
 
     def prepend_request(self, request: VllmRequest) -> None:
         self.add_request(request)
+
+    def prepend_requests(self, requests: list[VllmRequest]) -> None:
+        for request in requests:
+            self.add_request(request)
 
     def remove_requests(self, requests: Iterable[VllmRequest]) -> None:
         to_remove = set(requests)

@@ -1,8 +1,11 @@
 """The vLLM v1 scheduler: token debt, running first, preemption by recompute (or by swap).
 
 Mirrors vllm/v1/core/sched/scheduler.py (Scheduler) at vLLM v0.32.0, for a decoder-only text
-model with one full-attention KV cache group, synchronous scheduling and no KV connector,
-speculative decoding, LoRA or encoder inputs.
+model with one full-attention KV cache group and no KV connector, speculative decoding, LoRA or
+encoder inputs. Async scheduling (`AsyncScheduler`) is the subclass in
+schedulers/vllm/async_scheduler.py; what it relies on here (output placeholders, the max-tokens
+skip, the stale-output admission skip) is upstream's base `Scheduler` too, inert while
+nothing is in flight.
 
 `preemption_mode=swap` (not in v1; vLLM v0 had it) keeps upstream's queue placement (a victim
 goes to the head of `waiting`) and only changes the KV: a victim's computed KV is copied to a
@@ -14,8 +17,11 @@ from __future__ import annotations
 import random
 
 from schedulers.contract import (
+    PLACEHOLDER_TOKEN_ID,
+    SYNCHRONOUS,
     DecodeRun,
     DecodeRunStats,
+    EngineLoop,
     Request,
     ScheduledChunk,
     SchedulerStats,
@@ -60,7 +66,13 @@ class VllmScheduler:
     name = "vllm"
 
     def __init__(self, config: VllmSchedulerConfig) -> None:
+        if config.async_scheduling != self._mirrors_async_scheduler():
+            raise ValueError(
+                f"vllm scheduler: async_scheduling={config.async_scheduling} does not fit "
+                f"{type(self).__name__}; build it with schedulers.vllm.build_scheduler")
         self.config = config
+        # The loop that drives it (schedulers.contract.LoopDeclaringScheduler).
+        self.engine_loop: EngineLoop = SYNCHRONOUS
         self.page_size = config.block_size
         self.block_size = config.block_size
         self.max_num_running_reqs = config.max_num_seqs
@@ -92,6 +104,10 @@ class VllmScheduler:
         self._swap_out: list[SwapOp] = []
         self._swap_in: list[SwapOp] = []
         self._swap_fallbacks: list[str] = []
+
+    def _mirrors_async_scheduler(self) -> bool:
+        """Whether this class is upstream's AsyncScheduler (its subclass says so)."""
+        return False
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request: Request) -> str | None:
@@ -170,7 +186,13 @@ class VllmScheduler:
         req_index = 0
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
-            num_new_tokens = request.num_tokens - request.num_computed_tokens
+            placeholders = request.num_output_placeholders  # 0 unless async scheduling
+            if placeholders and (request.num_computed_tokens + 2 - placeholders
+                                 >= request.num_prompt_tokens + request.max_tokens):
+                # mirrors Scheduler.schedule: the plan in flight samples its last token
+                req_index += 1
+                continue
+            num_new_tokens = request.num_tokens + placeholders - request.num_computed_tokens
             if 0 < lptt < num_new_tokens:
                 num_new_tokens = lptt
             num_new_tokens = min(
@@ -222,10 +244,16 @@ class VllmScheduler:
         if not preempted_reqs:
             waiting = self.waiting
             reserve_full_isl = self.config.scheduler_reserve_full_isl
+            skipped: list[VllmRequest] = []
             while waiting and token_budget > 0:
                 if len(running) >= self.max_num_running_reqs:
                     break
                 request = waiting.peek_request()
+                if request.num_stale_output_tokens:
+                    # mirrors Scheduler.schedule (async scheduling): the output of a plan in
+                    # flight when it was preempted is still to come; skip it this step
+                    skipped.append(waiting.pop_request())
+                    continue
                 swapped = host.swapped_tokens(request.request_id) if host is not None else 0
                 if swapped:
                     # Resumes from its host copy (num_computed_tokens == swapped): no prefix
@@ -260,6 +288,9 @@ class VllmScheduler:
                         host.swap_in(request.request_id, kv.get_block_ids(request.request_id)))
             else:
                 admission_blocked = not waiting
+            if skipped:
+                waiting.prepend_requests(skipped)
+                admission_blocked = False
 
         plan = self._make_plan(
             scheduled_running_reqs, admitted_reqs, num_scheduled_tokens, preempted_reqs, aborted
@@ -284,11 +315,15 @@ class VllmScheduler:
                 start = req.num_computed_tokens
                 end = start + n
                 req.num_computed_tokens = end
-                req.is_prefill_chunk = end < len(req.all_token_ids)
+                num_known = len(req.all_token_ids)
+                req.is_prefill_chunk = end < num_known + req.num_output_placeholders
+                token_ids = req.all_token_ids[start:end]
+                if end > num_known:  # async scheduling: sampled by the plan in flight
+                    token_ids.extend([PLACEHOLDER_TOKEN_ID] * (end - max(start, num_known)))
                 chunks.append(
                     ScheduledChunk(
                         request_id=req.request_id,
-                        token_ids=req.all_token_ids[start:end],
+                        token_ids=token_ids,
                         start_pos=start,
                         page_ids=get_block_ids(req.request_id),
                         sample=not req.is_prefill_chunk,

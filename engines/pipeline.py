@@ -1,0 +1,193 @@
+"""The pipelined engine loop (DESIGN.md, "Engine loops"): step k+1 is planned before step k's
+result is committed, for a scheduler that declares such a loop
+(`schedulers.contract.LoopDeclaringScheduler`).
+
+`BATCH_QUEUE` mirrors vllm/v1/engine/core.py: EngineCore.step_with_batch_queue with a queue of
+`batch_queue_size` plans (vLLM's `max_concurrent_batches`, 2 with async scheduling). One call
+of it (one iteration below; the conformance replay logs one line per call):
+1. the arrivals due by the clock reach the scheduler (EngineCore._process_input_queue runs
+   before every call); with nothing unfinished and nothing queued, the clock jumps to the
+   next arrival (the engine blocks on its input queue);
+2. if the scheduler has unfinished requests: `schedule()`, launch the plan (below), queue it;
+   the call ends there unless the queue is full or the plan computed nothing and there is
+   nothing more to schedule (`must_commit`);
+3. the oldest queued plan's result is committed (`update_from_output`) once it is ready.
+
+The virtual clock charges no time for scheduling in either loop (the scheduler reads no
+clock), so overlapping it with execution does not shorten a step: the executor runs the plans
+back to back in launch order. A plan made at clock `t` starts when the executor is free,
+`start = max(t, end of the previous plan)`, and its result is ready at `end = start +
+duration` (the executor's duration, as in the synchronous loop); committing it moves the clock
+to `end`. In the steady state a plan is therefore made at the end of the step before the one
+it follows, with that step in flight: arrivals wait one step longer, a finish frees its
+blocks after the next plan is made, and a token sampled by the step in flight is a
+placeholder in the next plan (`fill_placeholders`). Each committed plan is one step row
+(engines/records.py): `start_time`, `duration_s` and the commit at their sum as above, plus
+`planned_at` and `in_flight` (the plans launched and not yet committed when it was made).
+A plan without chunks or swaps is not executed (no time). Decode runs are the synchronous
+loop's only.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engines.errors import DeadlockError, StepLimitError
+from engines.executors.base import ReleasingExecutor
+from engines.livelock import format_ids
+from engines.records import Launched
+from schedulers.contract import PLACEHOLDER_TOKEN_ID, StepPlan, StepResult
+
+if TYPE_CHECKING:
+    from engines.engine import Engine
+
+# Consecutive loop calls that compute and finish nothing before the clock jumps to the next
+# arrival (or, with none due, a deadlock); as the synchronous loop's `_MAX_EMPTY_PLANS`.
+_MAX_IDLE_CALLS = 3
+
+
+@dataclass(slots=True)
+class Batch:
+    """A launched plan: its result (known at launch on our executors, committed later), when
+    it was planned, and when it runs on the executor."""
+
+    plan: StepPlan
+    result: StepResult
+    launched: Launched
+    planned_at: float
+    start: float
+    end: float
+    in_flight: int
+
+
+def must_commit(queued: int, size: int, executed: bool, more_to_schedule: bool) -> bool:
+    """mirrors core.py: EngineCore.step_with_batch_queue: after queueing a plan (`queued`
+    plans now), the call waits for the oldest result when the queue is full, or when the plan
+    computed nothing and the scheduler has nothing more to schedule."""
+    return queued >= size or not (executed or more_to_schedule)
+
+
+def fill_placeholders(plan: StepPlan, previous: StepResult | None) -> None:
+    """Put the token that the previous plan samples where `plan` holds its placeholder (the
+    last token of a chunk; with a batch queue of two only that plan is in flight)."""
+    for chunk in plan.chunks:
+        tokens = chunk.token_ids
+        if tokens and tokens[-1] == PLACEHOLDER_TOKEN_ID:
+            token = previous.sampled_token_ids.get(chunk.request_id) if previous else None
+            if token is None:
+                raise RuntimeError(
+                    f"engine: step {plan.step} computes a placeholder token of "
+                    f"{chunk.request_id} at position {chunk.start_pos + len(tokens) - 1} "
+                    "that the plan in flight does not sample")
+            tokens[-1] = token
+
+
+class BatchQueueLoop:
+    """Runs `engine` in the batch-queue loop (module docstring) from `clock`; `run` returns
+    the clock when every request has ended and every queued plan is committed."""
+
+    def __init__(self, engine: Engine, batch_queue_size: int) -> None:
+        self.engine = engine
+        self.size = batch_queue_size
+        self.queue: deque[Batch] = deque()  # newest first, as upstream's appendleft / pop
+        self.executor_free = 0.0  # when the executor finishes the last launched plan
+        self.previous: StepResult | None = None  # the last launched plan's result
+        self.ended: list[str] = []  # ended at the last commit: progress for the watch
+        self.idle = 0  # calls in a row that computed and finished nothing
+
+    def run(self, clock: float) -> float:
+        eng = self.engine
+        sched, rec, arrivals = eng.scheduler, eng.recorder, eng.arrivals
+        release = eng.executor.release if isinstance(eng.executor, ReleasingExecutor) \
+            else None
+        queue = self.queue
+        self.executor_free = clock
+        while True:
+            for rid in rec.release_ended():
+                eng.watch.forget(rid)
+                if release is not None:
+                    release(rid)
+            while arrivals.peek_time() <= clock:
+                eng.admit(arrivals.pop(), clock)
+            busy = sched.has_unfinished()
+            if not busy and not queue:
+                if not arrivals.pending():
+                    return clock
+                clock = max(clock, arrivals.peek_time())
+                continue
+            progress = False
+            if busy:
+                plan = self._launch(clock)
+                progress = bool(plan.chunks or plan.aborted)
+                executed = bool(plan.chunks or plan.has_swaps)
+                if not must_commit(len(queue), self.size, executed, sched.has_unfinished()):
+                    clock = self._count_idle(progress, clock)
+                    continue
+            batch = queue.pop()
+            clock = max(clock, batch.end)
+            finished = self._commit(batch)
+            clock = self._count_idle(progress or bool(batch.plan.chunks) or finished, clock)
+
+    def _launch(self, clock: float) -> StepPlan:
+        """Plan at `clock`, execute the plan (placeholders filled), record its launch, queue
+        it; returns the plan."""
+        eng = self.engine
+        if eng.max_steps is not None and eng.recorder.num_steps + len(self.queue) >= \
+                eng.max_steps:
+            live = eng.recorder.live_ids()
+            raise StepLimitError(
+                f"engine: max_steps={eng.max_steps} reached at t={clock:.6f}s with "
+                f"{len(live)} request(s) unfinished: {format_ids(live)}")
+        plan = eng.scheduler.schedule()
+        if plan.chunks or plan.has_swaps:
+            fill_placeholders(plan, self.previous)
+            result = eng.executor.execute(plan)
+        else:
+            result = StepResult({}, 0.0)  # an empty plan is not executed
+        start = max(clock, self.executor_free)
+        end = start + result.duration_s
+        self.executor_free = end
+        self.previous = result
+        launched = eng.recorder.on_launch(plan, start)
+        self.queue.appendleft(Batch(plan, result, launched, clock, start, end, len(self.queue)))
+        eng.observe(plan, self.ended, clock)
+        self.ended = []
+        return plan
+
+    def _commit(self, batch: Batch) -> bool:
+        """Commit `batch` (the oldest) at its end; returns whether requests finished."""
+        eng = self.engine
+        sched = eng.scheduler
+        events = sched.update_from_output(batch.plan, batch.result)
+        eng.recorder.on_commit(batch.plan, batch.result, events, batch.launched, batch.start,
+                               batch.end, sched.stats(), batch.planned_at, batch.in_flight)
+        if eng.door is not None:
+            eng.door.on_step(batch.plan, events)
+        if eng.check is not None:
+            eng.run_check(batch.end)
+        self.ended.extend(rid for rid, _ in events.finished)
+        return bool(events.finished)
+
+    def _count_idle(self, progress: bool, clock: float) -> float:
+        """Count a call that computed and finished nothing (`progress` False); after
+        `_MAX_IDLE_CALLS` in a row, jump to the next arrival, or stop with a deadlock when
+        none is due (as the synchronous loop does). Returns the clock."""
+        eng = self.engine
+        self.idle = 0 if progress else self.idle + 1
+        if self.idle < _MAX_IDLE_CALLS or not eng.scheduler.has_unfinished():
+            return clock
+        self.idle = 0
+        if eng.arrivals.pending():
+            return max(clock, eng.arrivals.peek_time())
+        live = eng.recorder.live_ids()
+        stats = eng.scheduler.stats()
+        raise DeadlockError(
+            f"engine: deadlock at t={clock:.6f}s: {eng.scheduler.name} scheduled nothing with "
+            f"{len(live)} request(s) pending and no arrival due "
+            f"(running={stats.num_running}, waiting={stats.num_waiting}, "
+            f"kv_used={stats.kv_used_tokens}/{stats.kv_capacity_tokens} slots); "
+            f"stuck: {format_ids(live)}",
+            live,
+        )

@@ -1,0 +1,153 @@
+"""The error of `cost_model=measured` and `cost_model=fitted_roofline` on measured GPU shapes
+held out from every table and fit (issue 27 item 4): results/gpu_timing/error_table.md.
+
+Usage:
+    python scripts/gpu_timing_error.py RAW [--out results/gpu_timing/error_table.md]
+
+RAW as for scripts/build_measured_profiles.py (the raw source files); the committed tables
+under conf/profiles/measured/ are what is tested. The truth of a shape is the sum of the
+measured per-operator medians at exactly that shape (as Vidur's predictor sums them), over the
+operators the source measured; the terms no source measures (LM head, CPU time between
+steps) are left out of both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import measured_sources as ms  # noqa: E402
+from build_measured_profiles import (  # noqa: E402
+    elementwise_sum,
+    gemm_sum,
+    load_hardware,
+    load_model,
+)
+
+from engines.measured_cost import (  # noqa: E402
+    ADDS_PER_LAYER,
+    PER_LAYER_OPS,
+    LayerRoofline,
+    MeasuredProfile,
+    OperatorTimes,
+    RooflineFit,
+)
+
+ROOT = ms.ROOT
+PROFILES = ROOT / "conf" / "profiles" / "measured"
+MAX_DECODE_BATCH = 256
+CONTEXTS = (128, 4096)
+PREFILL_TOKENS = (64, 4096)
+
+
+def profile_layer_ms(times: OperatorTimes, n: int) -> float:
+    """The measured model's linear and elementwise operators of one layer at n tokens."""
+    t = sum(times.op(o, n) for o in PER_LAYER_OPS)
+    if "add" in times.profile.linear:
+        t += ADDS_PER_LAYER * times.op("add", n)
+    return t
+
+
+def errors(rows: list[tuple[float, float, float]]) -> tuple[str, str, str, str, int]:
+    """(profile median, profile max, roofline median, roofline max) in percent, and n."""
+    def pct(xs: list[float], f: Callable[[list[float]], float]) -> str:
+        return f"{100 * f(xs):.1f}"
+    pe = [abs(p - m) / m for m, p, _ in rows]
+    re = [abs(r - m) / m for m, _, r in rows]
+    return (pct(pe, statistics.median), pct(pe, max), pct(re, statistics.median),
+            pct(re, max), len(rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("raw", type=Path)
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_timing" /
+                    "error_table.md")
+    args = ap.parse_args(argv)
+    lines: list[str] = []
+    decode_all, prefill_all = ms.read_attention_sample()
+    for src in ms.SOURCES:
+        raw = ms.read_linear(args.raw, src)
+        profile = MeasuredProfile.load(PROFILES / src.key)
+        times = OperatorTimes(profile)
+        fit = RooflineFit.load(PROFILES / "fitted_roofline" / f"{src.gpu}.json")
+        model = load_model(src.model)
+        lay = LayerRoofline(fit, model, load_hardware(src.gpu))
+        held = [int(n) for n in profile.meta["held_out"]["linear_num_tokens"]]
+        fam: dict[str, list[tuple[float, float, float]]] = {}
+
+        def layer_truth(n: int) -> float:
+            return (gemm_sum(raw[n]) + elementwise_sum(raw[n])) * 1e-3
+
+        fam["linear + elementwise layers, 1-4096 tokens"] = [
+            (layer_truth(n), profile_layer_ms(times, n) * 1e-3, lay.linear(n))
+            for n in held if n <= PREFILL_TOKENS[1]]
+        if profile.complete:
+            L = model.num_hidden_layers
+            dec: list[tuple[float, float, float]] = []
+            for kv in ms.HELD_DECODE_KV:
+                for b, t in decode_all[kv].items():
+                    if b in raw and b <= MAX_DECODE_BATCH and CONTEXTS[0] <= kv <= CONTEXTS[1]:
+                        truth = L * (layer_truth(b) + t * 1e-3)
+                        prof = L * (profile_layer_ms(times, b)
+                                    + times.decode_attention(b, kv)) * 1e-3
+                        roof = L * (lay.linear(b) + lay.decode_attention(b, b * kv))
+                        dec.append((truth, prof, roof))
+            fam["decode steps (batch x context held out)"] = dec
+            pre: list[tuple[float, float, float]] = []
+            chunked: list[tuple[float, float, float]] = []
+            for c in ms.HELD_PREFILL_CHUNKS:
+                if not (PREFILL_TOKENS[0] <= c <= PREFILL_TOKENS[1]) or c not in raw:
+                    continue
+                for kv, t in prefill_all[c].items():
+                    truth = L * (layer_truth(c) + t * 1e-3)
+                    prof = L * (profile_layer_ms(times, c)
+                                + times.prefill_attention(c, kv)) * 1e-3
+                    roof = L * (lay.linear(c) + lay.prefill_attention(c, kv))
+                    (pre if kv == 0 else chunked).append((truth, prof, roof))
+            fam["prefill steps (no prior context)"] = pre
+            fam["chunked prefill steps (prior context)"] = chunked
+        for name, rows in fam.items():
+            if rows:
+                pm, px, rm, rx, n = errors(rows)
+                lines.append(f"| {src.label} | {name} | {n} | {pm} | {px} | {rm} | {rx} |")
+        extra = ", ".join(f"{k} {v}" for k, v in sorted(times.extrapolated.items()))
+        if extra:
+            lines.append(f"| {src.label} | (look-ups outside the table's range: {extra}) "
+                         "| | | | | |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    rel = Path(args.out).resolve()
+    try:
+        shown = rel.relative_to(ROOT)
+    except ValueError:
+        shown = rel
+    text = "\n".join([
+        "# Step-time error on measured GPU shapes held out from every table and fit",
+        "",
+        f"Made by `python scripts/gpu_timing_error.py RAW --out {shown}` (RAW: the source "
+        "files, see scripts/build_measured_profiles.py). Truth: the sum of the measured "
+        "per-operator medians at that exact shape; errors are |predicted - measured| / "
+        "measured over the shapes of the family, in percent. `measured` is "
+        "`cost_model=measured` (interpolating the committed tables), `fitted` is "
+        "`cost_model=fitted_roofline` (the per-GPU fit). Terms no source measures (LM head, "
+        "CPU time) are left out of both sides. Held out: every other measured token count of "
+        "the linear operators; decode contexts 1856 and 1920 (every measured batch up to 128, "
+        "those the MLP profile also measured); prefill chunks 576, 1280, 2560, 3072 and "
+        "3392 (every measured prior context).",
+        "",
+        "| source | shape family | shapes | measured median % | measured max % "
+        "| fitted median % | fitted max % |",
+        "|---|---|---|---|---|---|---|",
+        *lines, ""])
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -141,6 +141,8 @@ class RooflineCostModel:
         self.model = model
         self.hardware = hardware
         self.step_overhead_s = step_overhead_s
+        self.flops_efficiency = flops_efficiency
+        self.bandwidth_efficiency = bandwidth_efficiency
         self._params = model.params
         self._weight_bytes = float(model.weight_bytes)
         self._kv_token_bytes = float(model.kv_bytes_per_token)

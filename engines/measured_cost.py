@@ -151,13 +151,13 @@ class MeasuredProfile:
 
 
 def _along_batch(curve: Curve, batch: int) -> float:
-    """A decode-attention curve at `batch`, proportional to the batch beyond its largest
-    measured one (the kernel then streams batch x context keys: time through the origin)
-    and held at its smallest below."""
+    """A decode-attention curve at `batch`, proportional to the batch outside its measured
+    batches (the kernel streams batch x context keys: time through the origin; used only
+    where fewer than two measured contexts cover the batch)."""
     if batch > curve.xs[-1]:
         return curve.ys[-1] * batch / curve.xs[-1]
     if batch < curve.xs[0]:
-        return curve.ys[0]
+        return curve.ys[0] * batch / curve.xs[0]
     return curve.at(batch)[0]
 
 
@@ -195,7 +195,7 @@ class OperatorTimes:
         context between the measured contexts whose batches cover `batch`."""
         kvs: list[float] = []
         ys: list[float] = []
-        for kv, curve in zip(self._decode_kvs, self._decode):
+        for kv, curve in zip(self._decode_kvs, self._decode, strict=True):
             if curve.xs[0] <= batch <= curve.xs[-1]:
                 kvs.append(kv)
                 ys.append(curve.at(batch)[0])
@@ -211,38 +211,52 @@ class OperatorTimes:
     def prefill_attention(self, chunk: int, prior_context: int) -> float:
         """ms of one layer's prefill attention of a chunk of `chunk` tokens after
         `prior_context` cached ones: along the context within each measured chunk length,
-        then along the chunk length between the two nearest measured ones."""
-        chunks = self._prefill_chunks
-        n = len(chunks)
-        if chunk <= chunks[0] or chunk >= chunks[-1] or n == 1:
-            i = 0 if chunk <= chunks[0] or n == 1 else n - 2
+        then along the chunk length between the nearest measured lengths below and above
+        whose contexts cover `prior_context` (else the nearest two, their contexts extended
+        by a line fitted to each)."""
+        chunks, curves = self._prefill_chunks, self._prefill
+        lo = hi = -1
+        for i, (c, curve) in enumerate(zip(chunks, curves, strict=True)):
+            if curve.xs[0] <= prior_context <= curve.xs[-1]:
+                if c <= chunk:
+                    lo = i
+                elif hi < 0:
+                    hi = i
+        if lo >= 0 and chunks[lo] == chunk:
+            return curves[lo].at(prior_context)[0]
+        if lo >= 0 and hi >= 0:
+            y0, y1 = curves[lo].at(prior_context)[0], curves[hi].at(prior_context)[0]
+            c0, c1 = chunks[lo], chunks[hi]
         else:
-            lo, hi = 0, n - 1
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if chunks[mid] <= chunk:
-                    lo = mid
-                else:
-                    hi = mid
-            i = lo
-        if chunk < chunks[0] or chunk > chunks[-1]:
-            self._note("attn_prefill", f"chunk {chunk}")
-        y0, out0 = self._prefill[i].at(prior_context)
-        if n == 1 or chunk <= chunks[0]:
-            if out0:
-                self._note("attn_prefill", f"context {prior_context}")
-            # below the shortest measured chunk: scaled by the causal pairs it computes
-            if chunk < chunks[0]:
+            self._note("attn_prefill", f"chunk {chunk} at context {prior_context}")
+            n = len(chunks)
+            i = 0
+            while i < n - 2 and chunks[i + 1] < chunk:
+                i += 1
+            y0 = _extended(curves[i], prior_context)
+            if n == 1 or chunk <= chunks[0]:
                 c0 = chunks[0]
-                y0 *= (chunk * prior_context + chunk * (chunk + 1) / 2) / (
+                # shorter than the shortest measured chunk: scaled by its causal pairs
+                return y0 * (chunk * prior_context + chunk * (chunk + 1) / 2) / (
                     c0 * prior_context + c0 * (c0 + 1) / 2)
-            return y0
-        y1, out1 = self._prefill[i + 1].at(prior_context)
-        if out0 or out1:
-            self._note("attn_prefill", f"context {prior_context}")
-        c0, c1 = chunks[i], chunks[i + 1]
+            y1 = _extended(curves[i + 1], prior_context)
+            c0, c1 = chunks[i], chunks[i + 1]
         y = y0 + (y1 - y0) * (chunk - c0) / (c1 - c0)
         return y if y > 0.0 else 0.0
+
+
+def _extended(curve: Curve, x: float) -> float:
+    """A curve at x, beyond its measured range along the least-squares line of all its
+    points (a steadier slope than its two end points)."""
+    if curve.xs[0] <= x <= curve.xs[-1] or len(curve.xs) < 2:
+        return curve.at(x)[0]
+    n = len(curve.xs)
+    mx = sum(curve.xs) / n
+    my = sum(curve.ys) / n
+    sxx = sum((a - mx) ** 2 for a in curve.xs)
+    slope = sum((a - mx) * (b - my) for a, b in zip(curve.xs, curve.ys, strict=True)) / sxx
+    y = my + slope * (x - mx)
+    return y if y > 0.0 else 0.0
 
 
 def lm_head_ms(times: OperatorTimes, model: ModelSpec, rows: int) -> float:

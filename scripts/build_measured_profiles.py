@@ -41,10 +41,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import measured_sources as ms  # noqa: E402
+import measured_sources as ms
 
-from engines.executors.specs import HardwareSpec, ModelSpec  # noqa: E402
-from engines.measured_cost import ADDS_PER_LAYER, LayerRoofline, RooflineFit  # noqa: E402
+from engines.executors.specs import HardwareSpec, ModelSpec
+from engines.measured_cost import ADDS_PER_LAYER, LayerRoofline, RooflineFit
 
 ROOT = ms.ROOT
 
@@ -94,8 +94,9 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
-# The small-batch floor of a layer's four GEMMs is their launches: at most about 5 us each. Bounded, so that the fit cannot trade a large
-# floor for a bandwidth efficiency above what the GEMMs reach.
+# The small-batch floor of a layer's four GEMMs is their launches: at most about 5 us each.
+# Bounded, so that the fit cannot trade a large floor for a bandwidth efficiency above what
+# the GEMMs reach.
 MAX_LAYER_FLOOR_S = 20e-6
 
 
@@ -103,9 +104,8 @@ def fit_linear(points: list[tuple[LayerRoofline, int, float]]) -> tuple[float, f
     """(flops_eff, bandwidth_eff, floor_s) minimizing the squared relative error of
     max(memory, compute) + floor against the measured GEMM sums of a layer (seconds), over a
     grid of efficiencies (the floor by least squares, within 0..MAX_LAYER_FLOOR_S)."""
-    best: tuple[float, float, float, float, float] | None = None
+    best: tuple[float, float, float, float] | None = None
     y = np.array([p[2] for p in points])
-    tok = np.array([float(p[1]) for p in points])
     wb = np.array([p[0].layer_weight_bytes / p[0].bandwidth for p in points])
     fl = np.array([2.0 * p[0].layer_params * p[1] / p[0].flops for p in points])
     for ef in np.arange(0.30, 1.0001, 0.005):

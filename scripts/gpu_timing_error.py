@@ -22,15 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import measured_sources as ms  # noqa: E402
-from build_measured_profiles import (  # noqa: E402
+import measured_sources as ms
+from build_measured_profiles import (
     elementwise_sum,
     gemm_sum,
     load_hardware,
     load_model,
 )
 
-from engines.measured_cost import (  # noqa: E402
+from engines.measured_cost import (
     ADDS_PER_LAYER,
     PER_LAYER_OPS,
     LayerRoofline,
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         held = [int(n) for n in profile.meta["held_out"]["linear_num_tokens"]]
         fam: dict[str, list[tuple[float, float, float]]] = {}
 
-        def layer_truth(n: int) -> float:
+        def layer_truth(n: int, raw: dict[int, dict[str, float]] = raw) -> float:
             return (gemm_sum(raw[n]) + elementwise_sum(raw[n])) * 1e-3
 
         fam["linear + elementwise layers, 1-4096 tokens"] = [

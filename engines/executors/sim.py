@@ -81,6 +81,8 @@ class SimExecutor:
             flops_efficiency=flops_efficiency, bandwidth_efficiency=bandwidth_efficiency)
         # Count padded keys (a second pass over the chunks) only for a model that charges them.
         self._pads = self.cost_model.uses_padded_kv
+        # A model that prices each chunk's shape (engines/measured_cost.py) gets the chunks.
+        self._per_chunk = bool(getattr(self.cost_model, "uses_plan", False))
         self._requests: dict[str, _Registered] = {}
         self._num_registered = 0
 
@@ -141,6 +143,8 @@ class SimExecutor:
                     sampled[c.request_id] = 3 + (reg.index * 7919 + e * 104729) % 31000
         if not plan.chunks:
             seconds = 0.0
+        elif self._per_chunk:
+            seconds = self.cost_model.plan_seconds(plan.chunks)  # type: ignore[attr-defined]
         elif self._pads:
             seconds = self.cost_model.seconds(t, a, r, len(plan.chunks),
                                               padded_kv_tokens(plan.chunks))

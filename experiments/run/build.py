@@ -22,11 +22,20 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 
 from engines.admission import AdmissionLimits
-from engines.cost_model import CostModel, FittedCostModel
+from engines.cost_model import CostModel, FittedCostModel, RooflineCostModel
 from engines.decode_batch_cost import DecodeBatchCostModel
 from engines.executors.base import Executor
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
+from engines.measured_cost import (
+    MEASURED_DIR,
+    FittedRooflineCostModel,
+    MeasuredCostModel,
+    MeasuredProfile,
+    RooflineFit,
+    available_pairs,
+    measured_profile_folder,
+)
 from experiments.paths import project_path
 from experiments.run.preflight import check_real_executor
 from schedulers import registry
@@ -184,18 +193,28 @@ def build_hardware(cfg_hardware: Mapping[str, Any] | DictConfig) -> HardwareSpec
     return construct(HardwareSpec, "hardware", d)
 
 
-COST_MODELS = ("roofline", "profile", "profile_batch")
+COST_MODELS = ("roofline", "profile", "profile_batch", "measured", "fitted_roofline")
 
 
-def build_cost_model(kind: str, profile: str | None) -> CostModel | None:
+def build_cost_model(kind: str, profile: str | None, model: ModelSpec | None = None,
+                     hardware: HardwareSpec | None = None, step_overhead_s: float = 0.0,
+                     extrapolate: bool = True) -> CostModel | None:
     """The sim executor's cost model: None for "roofline" (the executor builds it from the
     model and hardware), a `FittedCostModel` fitted to `profile` for "profile", and that fit
-    with per-decode-batch-size factors (engines/decode_batch_cost.py) for "profile_batch"."""
+    with per-decode-batch-size factors (engines/decode_batch_cost.py) for "profile_batch";
+    "measured" interpolates the measured profile of (model, hardware) under
+    conf/profiles/measured/ (or the folder `profile`), "fitted_roofline" the roofline fitted
+    to the measurements of the hardware (engines/measured_cost.py)."""
     if kind == "roofline":
         return None
     if kind not in COST_MODELS:
         raise ValueError(f"executor.cost_model={kind!r}: unknown; valid: "
                          f"{', '.join(COST_MODELS)}")
+    if kind in ("measured", "fitted_roofline"):
+        if model is None or hardware is None:
+            raise ValueError(f"executor.cost_model={kind} needs the model and the hardware")
+        return _measured_cost_model(kind, profile, model, hardware, step_overhead_s,
+                                    extrapolate)
     if not profile:
         raise ValueError(f"executor (sim): cost_model={kind} needs executor.profile: a JSON "
                          "file from scripts/profile_executor.py (e.g. conf/profiles/*.json)")
@@ -205,14 +224,67 @@ def build_cost_model(kind: str, profile: str | None) -> CostModel | None:
     return FittedCostModel.from_profile(path)
 
 
+def _measured_cost_model(kind: str, profile: str | None, model: ModelSpec,
+                         hardware: HardwareSpec, step_overhead_s: float,
+                         extrapolate: bool) -> CostModel:
+    root = project_path(MEASURED_DIR)
+    if kind == "fitted_roofline":
+        path = project_path(profile) if profile else root / "fitted_roofline" / (
+            f"{hardware.name}.json")
+        if not path.is_file():
+            fits = sorted(p.stem for p in (root / "fitted_roofline").glob("*.json"))
+            raise ValueError(f"executor.cost_model=fitted_roofline: no fit for "
+                             f"hardware={hardware.name!r} ({path}); fitted: {', '.join(fits)}")
+        return FittedRooflineCostModel(RooflineFit.load(path), model, hardware,
+                                       step_overhead_s=step_overhead_s)
+    folder = project_path(profile) if profile else measured_profile_folder(
+        root, model.name, hardware.name)
+    if folder is None:
+        raise ValueError(
+            f"executor.cost_model=measured: no measured profile of model={model.name!r} on "
+            f"hardware={hardware.name!r}; measured: {'; '.join(available_pairs(root))} "
+            "(or executor.cost_model=fitted_roofline)")
+    prof = MeasuredProfile.load(folder)
+    if (prof.model, prof.hardware) != (model.name, hardware.name):
+        raise ValueError(f"executor.profile={profile!r}: measured for model={prof.model} "
+                         f"hardware={prof.hardware}, not model={model.name} "
+                         f"hardware={hardware.name}")
+    return MeasuredCostModel(prof, model, hardware, step_overhead_s=step_overhead_s,
+                             refuse_outside=not extrapolate)
+
+
 def cost_model_summary(cfg_executor: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
-    """What goes into summary.json about the step-time model of a run."""
+    """What goes into summary.json about the step-time model of a run (its provenance,
+    `step_time_source`, comes from the built executor: `step_time_source`)."""
     d = as_dict(cfg_executor)
     if d.get("name") != "sim":
         return {"cost_model": "measured"}
     kind = d.get("cost_model", "roofline")
     return {"cost_model": kind, "cost_model_profile": d.get("profile") if kind != "roofline"
             else None}
+
+
+def step_time_source(executor: Any) -> dict[str, Any]:
+    """Where a run's step times came from (summary.json `step_time_source`): the real
+    executor's clock, a measured profile, a roofline fitted to measurements, the ideal
+    roofline or a derated one, or a profile fitted on the real executor; and, for a measured
+    profile, the operator look-ups that left the measured range
+    (`cost_model_extrapolated`)."""
+    cost = getattr(executor, "cost_model", None)
+    if cost is None:
+        return {"step_time_source": "measured on the real executor"}
+    out: dict[str, Any] = {}
+    if isinstance(cost, RooflineCostModel):
+        eff = (cost.flops_efficiency, cost.bandwidth_efficiency)
+        out["step_time_source"] = "ideal roofline" if eff == (1.0, 1.0) else (
+            f"roofline derated: flops_efficiency={eff[0]:g}, bandwidth_efficiency={eff[1]:g}")
+    elif isinstance(cost, MeasuredCostModel | FittedRooflineCostModel):
+        out["step_time_source"] = cost.source
+    else:
+        out["step_time_source"] = f"fitted to {getattr(cost, 'source', '') or 'a profile'}"
+    if isinstance(cost, MeasuredCostModel):
+        out["cost_model_extrapolated"] = dict(sorted(cost.extrapolated.items()))
+    return out
 
 
 def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpec,
@@ -227,8 +299,16 @@ def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpe
     if name == "sim":
         kind = d.pop("cost_model", "roofline")
         profile = d.pop("profile", None)
+        extrapolate = d.pop("extrapolate", True)
         valid = {"step_overhead_s", "flops_efficiency", "bandwidth_efficiency"}
-        cost_model = build_cost_model(kind, profile)
+        if kind in ("measured", "fitted_roofline"):
+            for k in ("flops_efficiency", "bandwidth_efficiency"):
+                if d.get(k, 1.0) != 1.0:
+                    raise ValueError(f"executor.{k}={d[k]!r}: the roofline's alone; "
+                                     f"cost_model={kind} takes its efficiencies from the "
+                                     "measurements")
+        cost_model = build_cost_model(kind, profile, model, hardware,
+                                      float(d.get("step_overhead_s", 0.0)), bool(extrapolate))
         return construct(lambda **kw: SimExecutor(model, hardware, cost_model=cost_model, **kw),
                          "executor (sim)", d, valid)
     if name == "real":

@@ -145,12 +145,18 @@ class SimExecutorConfig:
     efficiencies, plus `step_overhead_s`) or profile (`FittedCostModel` fitted to the
     measurements of `profile`, a JSON file from scripts/profile_executor.py; a relative path
     is taken from the project root) or profile_batch (that fit, with a factor per decode
-    batch size measured in the profile: engines/decode_batch_cost.py).
+    batch size measured in the profile: engines/decode_batch_cost.py) or measured
+    (per-operator GPU measurements of the model on the hardware, interpolated at each step's
+    shapes: engines/measured_cost.py; `profile` null: the pair's folder under
+    conf/profiles/measured/) or fitted_roofline (the roofline fitted to those measurements
+    for the hardware; h200: extrapolated from the h100 fit). `extrapolate` false: a measured
+    profile refuses a shape outside its measured range instead of extrapolating it.
     """
 
     name: str = "sim"
     cost_model: str = "roofline"
     profile: str | None = None
+    extrapolate: bool = True
     step_overhead_s: float = 0.002
     flops_efficiency: float = 1.0
     bandwidth_efficiency: float = 1.0

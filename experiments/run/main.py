@@ -80,6 +80,7 @@ from experiments.run.build import (
     cost_model_summary,
     effective_context_length,
     job_context_length,
+    step_time_source,
 )
 from experiments.run.caveats import run_warnings
 from experiments.run.config import explain_override_error, register_configs, to_container
@@ -286,6 +287,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             "engine_loop": engine.loop.name,
             "executor": str(cfg.executor.name),
             **cost_model_summary(cfg.executor),
+            **step_time_source(executor),
             **(real_model_summary(executor, str(cfg.executor.model_path), checkpoint) if real
                else sim_model_summary(model, hardware)),
             **workload_summary(cfg, stream, workload),

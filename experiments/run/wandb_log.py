@@ -248,6 +248,7 @@ def log_run(config: Mapping[str, Any], summary: Mapping[str, Any], requests: pa.
     cfg["git_dirty"] = summary.get("git_dirty")
     cfg["core"] = summary.get("core")
     cfg["engine_loop"] = summary.get("engine_loop")
+    cfg["step_time_source"] = summary.get("step_time_source")
     run = _init(opts, root, group, name, str(summary.get("scheduler", "job")), cfg)
     try:
         if steps is not None and opts.history_bins:

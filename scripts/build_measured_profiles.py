@@ -60,7 +60,8 @@ def load_hardware(name: str) -> HardwareSpec:
     """A conf/hardware group as a HardwareSpec."""
     d = yaml.safe_load((ROOT / "conf" / "hardware" / f"{name}.yaml").read_text())
     d.pop("defaults", None)
-    return HardwareSpec(**{k: float(v) if k != "name" else v for k, v in d.items()})
+    name = str(d.pop("name"))
+    return HardwareSpec(name=name, **{k: float(v) for k, v in d.items()})
 
 
 def gemm_sum(ops: dict[str, float]) -> float:

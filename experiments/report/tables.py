@@ -95,6 +95,7 @@ SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
     ("median_e2el_victim_ms", "Victims' median E2EL (ms)"),
     ("median_e2el_nonvictim_ms", "Others' median E2EL (ms)"),
     ("recomputed_token_share", "Prefill recomputed (%)"),
+    ("step_time_source", "Step times from (source)"),
 )
 # One word for one thing, defined once under every table that uses it.
 EVICTION_NOTE = ("evicted: preempted (vLLM) or retracted (SGLang), KV freed and the request "

@@ -155,7 +155,7 @@ def test_paged_decode_steps_counts_the_pages_each_step_allocates() -> None:
     # whose committed length plus j is a multiple of the page size
     import random
 
-    from schedulers.sglang.scheduler import paged_decode_steps
+    from schedulers.sglang.decode_run import paged_decode_steps
 
     rng = random.Random(7)
     for _ in range(2000):

@@ -7,6 +7,9 @@ handling of managers/scheduler_components/batch_result_processor.py
 (`process_batch_result_prefill` / `_decode`). `schedule()` is one iteration up to the forward
 pass; `update_from_output()` is its result processing.
 
+Decode runs (not upstream: the replay's fast path, the `DecodeRunScheduler` methods at the
+end) are predicted and committed in schedulers/sglang/decode_run.py.
+
 `preemption_mode=swap` (not upstream) keeps upstream's queue placement (a retracted request
 goes to the tail of the waiting queue) and only changes the KV: see kv_cache.py.
 
@@ -31,6 +34,7 @@ from schedulers.contract import (
 )
 from schedulers.host_pool import HostKVPool
 from schedulers.sglang.config import SglangSchedulerConfig
+from schedulers.sglang.decode_run import SglangDecodeRuns
 from schedulers.sglang.kv_cache import KVCache
 from schedulers.sglang.memory_pool import ReqToTokenPool, make_allocator
 from schedulers.sglang.new_token_ratio import NewTokenRatioTracker
@@ -38,22 +42,6 @@ from schedulers.sglang.radix_cache import RadixCache
 from schedulers.sglang.req import Req
 from schedulers.sglang.schedule_batch import ScheduleBatch
 from schedulers.sglang.schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
-
-
-def paged_decode_steps(committed_lens: list[int], page_size: int, limit: int, room: int
-                       ) -> int:
-    """How many of the next `limit` decode steps fit in `room` free plus evictable slots:
-    step j allocates a page for every request whose committed length plus j is a multiple of
-    `page_size` (counted per residue: those of residue -j mod page_size)."""
-    by_residue = [0] * page_size
-    for n in committed_lens:
-        by_residue[n % page_size] += 1
-    need = 0
-    for j in range(limit):
-        need += page_size * by_residue[-j % page_size]
-        if need > room:
-            return j
-    return limit
 
 
 class SglangScheduler:
@@ -94,13 +82,15 @@ class SglangScheduler:
         self.chunked_req: Req | None = None
         self._live: dict[str, Req] = {}
         self._cur_batch: ScheduleBatch | None = None
-        self._step = 0
+        self.step_count = 0
         self._queue_clock = 0
         self._stall_candidate: Req | None = None
-        self._plan_preempted: list[str] = []
-        self._plan_aborted: list[tuple[str, str]] = []
-        # Whether the last step was a decode that retracted, aborted and finished nothing.
-        self._steady = False
+        # the ids this step retracts or preempts, and aborts (with the reason)
+        self.plan_preempted: list[str] = []
+        self.plan_aborted: list[tuple[str, str]] = []
+        # Not upstream: the decode-run prediction (the replay's fast path), kept informed
+        # by the hooks below (`self.decode_runs.`...)
+        self.decode_runs = SglangDecodeRuns(self)
         # counters for experiments
         self.num_retractions = 0
         self.num_priority_preemptions = 0
@@ -108,6 +98,8 @@ class SglangScheduler:
         self.num_oom_aborts = 0
 
     # ------------------------------------------------------------------ contract: intake
+    # mirrors python/sglang/srt/managers/scheduler.py: Scheduler.handle_generate_request,
+    # _add_request_to_queue, get_num_allocatable_reqs
     def add_request(self, request: Request) -> str | None:
         rid = request.request_id
         if rid in self._live:
@@ -139,9 +131,12 @@ class SglangScheduler:
                    self.req_to_token_pool.available_size())
 
     # ------------------------------------------------------------------ contract: schedule
+    # mirrors python/sglang/srt/managers/scheduler.py: Scheduler.event_loop_normal (up to the
+    # forward pass), get_next_batch_to_run, _get_new_batch_prefill_raw, update_running_batch,
+    # on_idle, is_fully_idle
     def schedule(self) -> StepPlan:
-        self._plan_preempted = []
-        self._plan_aborted = []
+        self.plan_preempted = []
+        self.plan_aborted = []
         batch = self.get_next_batch_to_run()
         if batch is None:
             if self.is_fully_idle():
@@ -151,11 +146,10 @@ class SglangScheduler:
                 batch = self._abort_stalled_heads()
         self.last_batch = batch
         self._cur_batch = batch
-        self._steady = (batch is not None and batch.forward_mode == "decode"
-                        and not self._plan_preempted and not self._plan_aborted)
-        plan = StepPlan(step=self._step, page_size=self.page_size,
-                        preempted=self._plan_preempted, aborted=self._plan_aborted)
-        self._step += 1
+        self.decode_runs.after_schedule(batch)  # not upstream: for the decode-run prediction
+        plan = StepPlan(step=self.step_count, page_size=self.page_size,
+                        preempted=self.plan_preempted, aborted=self.plan_aborted)
+        self.step_count += 1
         if self.host_pool is not None:
             plan.swap_out, plan.swap_in, plan.swap_fallbacks = self.kv.take_swap_ops()
         if batch is None:
@@ -263,7 +257,7 @@ class SglangScheduler:
         can_run_list = adder.can_run_list
         if adder.preempt_list:
             self.num_priority_preemptions += len(adder.preempt_list)
-            self._plan_preempted.extend(r.rid for r in adder.preempt_list)
+            self.plan_preempted.extend(r.rid for r in adder.preempt_list)
         if not can_run_list:
             # preemption already released these requests; requeue them anyway
             for r in adder.preempt_list:
@@ -305,7 +299,7 @@ class SglangScheduler:
                 self._finish_aborted(r, r.to_finish or "aborted")
                 self.num_oom_aborts += 1
             for r in retracted:
-                self._plan_preempted.append(r.rid)
+                self.plan_preempted.append(r.rid)
                 self._add_request_to_queue(r)
             self.num_retractions += len(retracted)
         else:
@@ -341,10 +335,12 @@ class SglangScheduler:
         req.finished_reason = "abort"
         req.to_finish = reason
         self.kv.drop_swapped(req)
-        self._plan_aborted.append((req.rid, reason))
+        self.plan_aborted.append((req.rid, reason))
         self._live.pop(req.rid, None)
 
     # ------------------------------------------------------------------ contract: commit
+    # mirrors python/sglang/srt/managers/scheduler_components/batch_result_processor.py:
+    # process_batch_result_prefill, process_batch_result_decode
     def update_from_output(self, plan: StepPlan, result: StepResult) -> StepEvents:
         # mirrors batch_result_processor.py: process_batch_result_prefill / _decode
         events = StepEvents()
@@ -374,7 +370,7 @@ class SglangScheduler:
         finally:
             self.allocator.free_group_end()
         if events.finished:
-            self._steady = False
+            self.decode_runs.steady = False
         return events
 
     def _commit_token(self, req: Req, sampled: dict[str, int], events: StepEvents) -> bool:
@@ -383,9 +379,9 @@ class SglangScheduler:
         tok = self._sampled(sampled, req)
         req.output_ids.append(tok)
         events.new_token_ids[req.rid] = [tok]
-        return self._finish_if_done(req, events.finished)
+        return self.finish_if_done(req, events.finished)
 
-    def _finish_if_done(self, req: Req, finished: list[tuple[str, str]]) -> bool:
+    def finish_if_done(self, req: Req, finished: list[tuple[str, str]]) -> bool:
         """After a token was appended: on a finish release the request's KV (checkpointed into
         the tree) and report it in `finished`. Returns whether it finished."""
         req.update_finish_state()
@@ -404,162 +400,13 @@ class SglangScheduler:
             raise KeyError(f"StepResult has no sampled token for {req.rid!r}, whose chunk "
                            "had sample=True") from None
 
-    # ------------------------------------------------------------------ decode runs
-    def arrivals_keep_decode_run(self) -> bool:
-        """Whether a request arriving now would change no decision of a decode run: with
-        `batch_is_full` (and no priority preemption) prefill is skipped whatever waits."""
-        return self.running_batch.batch_is_full and not self.enable_priority_preemption
-
-    def decode_run(self, limit: int) -> DecodeRun | None:
-        """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
-
-        After a decode step that retracted, aborted and finished nothing (or an extend step
-        whose requests all go on to decode, merged now: `_merge_last_extend`), with no
-        chunked request, no arrival and prefill skipped (`batch_is_full`, or nothing waiting,
-        and no priority preemption), every next step decodes the same batch until a request reaches
-        `max_new_tokens` or `check_decode_mem` would fail: the free plus evictable slots shrink
-        by exactly each step's allocation (eviction moves slots from one to the other).
-        """
-        if limit <= 0 or (not self._steady and not self._merge_last_extend()):
-            return None
-        rb = self.running_batch
-        if (self.chunked_req is not None or self.last_batch is not rb
-                or self.enable_priority_preemption
-                or not (rb.batch_is_full or not self.waiting_queue)):
-            return None
-        reqs = rb.reqs
-        k = limit
-        for r in reqs:
-            if r.finished_reason is not None or r.to_finish is not None:
-                return None
-            k = min(k, r.max_new_tokens - len(r.output_ids))  # a length finish ends the run
-        if k <= 0:
-            return None
-        room = self.allocator.available_size() + self.tree_cache.evictable_size()
-        ps = self.page_size
-        if ps == 1:
-            k = min(k, room // len(reqs))
-        else:
-            k = paged_decode_steps([r.kv_committed_len for r in reqs], ps, k, room)
-        if k <= 0:
-            return None
-        return DecodeRun(
-            request_ids=[r.rid for r in reqs],
-            seq_lens=[r.kv_committed_len + 1 for r in reqs],
-            max_steps=k,
-            forward_mode="decode",
-        )
-
-    def _merge_last_extend(self) -> bool:
-        """After an extend step whose requests all go on to decode (no chunk left, none
-        finished, nothing preempted or aborted), the next step merges them into the running
-        batch and, when it skips prefill (`batch_is_full`, or nothing waiting), decodes. Do
-        that merge now, as that step would begin, so that a run can start with its decode;
-        returns whether it was done. Done and then not run, it is what the next step would
-        do first, and that step finds it done.
-
-        mirrors scheduler.py: get_next_batch_to_run and _get_new_batch_prefill_raw (their
-        opening: the merge, and the checks that skip prefill)
-        """
-        lb, rb = self.last_batch, self.running_batch
-        if (lb is None or lb is rb or lb.forward_mode != "extend" or self._plan_preempted
-                or self._plan_aborted or self.chunked_req is not None
-                or lb.chunked_req is not None or self.enable_priority_preemption
-                or self.host_pool is not None):
-            return False
-        for r in lb.reqs:  # filter_batch keeps them all
-            if r.finished_reason is not None or r.to_finish is not None:
-                return False
-        merged = lb if rb.is_empty() else rb
-        running_bs = len(lb.reqs) + (0 if merged is lb else len(rb.reqs))
-        full = merged.batch_is_full
-        if not full and self.waiting_queue:
-            if self.get_num_allocatable_reqs(running_bs) > 0:
-                return False  # the next step tries a prefill
-            full = True  # ... and finds no room for one more request
-        if merged is lb:
-            self.running_batch = lb
-        else:
-            rb.merge_batch(lb)
-        merged.batch_is_full = full
-        self.last_batch = merged
-        return True
-
-    def commit_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> DecodeRunStats:
-        """Commit `len(tokens[0])` steps of `run` (at most `run.max_steps`): the same state as
-        scheduling and updating them one by one (`update_running_batch`'s memory check and
-        ratio decay, `alloc_for_decode`, the sampled tokens)."""
-        num_steps = run.num_steps(tokens)
-        rb = self.running_batch
-        rb.forward_mode = "decode"  # prepare_for_decode (a run may follow an extend)
-        self._steady = True  # its steps decode and retract and abort nothing
-        reqs = rb.reqs
-        bs = len(reqs)
-        kv, tracker, tree = self.kv, self.new_token_ratio_tracker, self.tree_cache
-        capacity = self.config.kv_capacity_tokens
-        used: list[int] = []
-        cached: list[int] = []
-        if self.page_size == 1:
-            # The slots the steps evict and allocate one by one, in one eviction and one
-            # allocation: the eviction order is total and the free list is FIFO, so the same
-            # nodes go and every request gets the same slots.
-            total = bs * num_steps
-            available = self.allocator.available_size()
-            evictable = tree.evictable_size()
-            sizes: list[int] = []
-            if total > available:
-                tree.evict(total - available, sizes)
-            slots = self.allocator.alloc(total)
-            if slots is None:
-                raise RuntimeError("sglang scheduler: a decode run ran out of memory")
-            rows = self.req_to_token_pool.req_to_token
-            for i, r in enumerate(reqs):
-                rows[r.req_pool_idx].extend(slots[i::bs])  # type: ignore[index]
-                r.kv_allocated_len += num_steps
-                r.kv_committed_len += num_steps
-            freed = at = 0
-            for j in range(1, num_steps + 1):
-                tracker.decay_step()
-                while freed < j * bs - available:  # step j-1 evicted just enough
-                    freed += sizes[at]
-                    at += 1
-                used.append(capacity - (available + freed - j * bs) - (evictable - freed))
-                cached.append(evictable - freed)
-        else:
-            for _ in range(num_steps):
-                if not rb.check_decode_mem():
-                    raise RuntimeError("sglang scheduler: a decode run ran out of memory")
-                tracker.decay_step()
-                kv.alloc_for_decode(reqs)
-                evictable = tree.evictable_size()
-                used.append(capacity - self.allocator.available_size() - evictable)
-                cached.append(evictable)
-        for r, toks in zip(reqs, tokens):
-            r.output_ids.extend(toks)
-        self._step += num_steps
-        num_running = self.req_to_token_pool.num_used_rows()
-        # The last step may finish requests, as process_batch_result_decode would.
-        finished: list[tuple[str, str]] = []
-        self.allocator.free_group_begin()
-        try:
-            for r in reqs:
-                self._finish_if_done(r, finished)
-        finally:
-            self.allocator.free_group_end()
-        if finished:
-            self._steady = False
-            evictable = tree.evictable_size()
-            used[-1] = capacity - self.allocator.available_size() - evictable
-            cached[-1] = evictable
-        return DecodeRunStats(used, cached, num_running, len(self.waiting_queue), finished,
-                              self.req_to_token_pool.num_used_rows())
-
     # ------------------------------------------------------------------ contract: misc
+    # mirrors python/sglang/srt/managers/scheduler.py: Scheduler.abort_request
     def abort(self, request_id: str, reason: str) -> None:
         req = self._live.pop(request_id, None)
         if req is None:
             return
-        self._steady = False
+        self.decode_runs.steady = False
         if req in self.waiting_queue:
             self.waiting_queue.remove(req)
             self.kv.drop_swapped(req)
@@ -588,3 +435,17 @@ class SglangScheduler:
             kv_used_tokens=capacity - self.allocator.available_size() - evictable,
             kv_cached_tokens=evictable,
         )
+
+    # ------------------------------------------------------------------ decode runs
+    # Not upstream: the replay's fast path (DESIGN.md, "Decode runs"), in decode_run.py.
+    def arrivals_keep_decode_run(self) -> bool:
+        """schedulers.contract.DecodeRunScheduler.arrivals_keep_decode_run"""
+        return self.decode_runs.arrivals_keep_run()
+
+    def decode_run(self, limit: int) -> DecodeRun | None:
+        """schedulers.contract.DecodeRunScheduler.decode_run"""
+        return self.decode_runs.next_run(limit)
+
+    def commit_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> DecodeRunStats:
+        """schedulers.contract.DecodeRunScheduler.commit_decode_run"""
+        return self.decode_runs.commit(run, tokens)

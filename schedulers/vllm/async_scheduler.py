@@ -104,7 +104,7 @@ class AsyncVllmScheduler(VllmScheduler):
                     stopped_waiting.append(req)
                 self._free_request(req)
         if stopped_running:
-            self._drop_finished_from_running()
+            self.drop_finished_from_running()
         if stopped_waiting:  # stale output finished a preempted request
             self.waiting.remove_requests(stopped_waiting)
         return events

@@ -202,7 +202,7 @@ class RunConfig:
     slo: Any = MISSING
     logger: Any = MISSING
     seed: int = 0
-    kv_capacity_tokens: Any = 16384  # a positive int, or "auto"
+    kv_capacity_tokens: Any = 16384
     gpu_memory_utilization: float = 0.92
     max_model_len: int | None = None
     allow_long_max_model_len: bool = False

@@ -253,17 +253,18 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     validate_run_config(cfg)
     digest = config_hash(cfg)  # the inputs as they are read now
     seed = int(cfg.seed)
-    stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
     real = str(cfg.executor.name) == "real"
-    # The real executor's tokens are read back from the requests: keep them (small runs).
-    requests: Iterable[Request] = list(stream) if real else stream
-    admission = build_admission(cfg.get("admission"))
     model = build_model(cfg.model)
     hardware = build_hardware(cfg.hardware)
     checkpoint = checkpoint_config(cfg.executor) if real else None
     ctx = job_context_length(cfg, model.max_position_embeddings, checkpoint)
     model_context = model_context_length(cfg, model.max_position_embeddings, checkpoint)
+    # before the workload: a context length past the model's is refused whatever it replays
     check_context_length(ctx, model_context, bool(cfg.get("allow_long_max_model_len", False)))
+    stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    # The real executor's tokens are read back from the requests: keep them (small runs).
+    requests: Iterable[Request] = list(stream) if real else stream
+    admission = build_admission(cfg.get("admission"))
     pool = resolve_kv_capacity(cfg.kv_capacity_tokens, model, hardware,
                                float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
                                config_page_size(cfg.scheduler))

@@ -89,7 +89,7 @@ def test_a_pool_that_cannot_hold_the_model_or_one_request_is_refused() -> None:
         auto_kv_pool(LLAMA3_8B, snug, 0.92, 8192)
     with pytest.raises(ValueError, match="no memory_bytes"):
         auto_kv_pool(LLAMA3_8B, HardwareSpec("unknown", 1e12, 1e12, 1e9), 0.92, 8192)
-    with pytest.raises(ValueError, match="gpu_memory_utilization=1.5"):
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization=1\.5"):
         auto_kv_pool(LLAMA3_8B, H200, 1.5, 8192)
 
 
@@ -141,7 +141,7 @@ def test_a_context_length_above_the_models_is_refused_unless_on_purpose() -> Non
     with pytest.raises(ValueError, match=r"max_model_len=32768 is above the model's context "
                                          r"length \(8192"):
         check_context_length(ContextLength(32768, "max_model_len"), 8192, False)
-    with pytest.raises(ValueError, match="scheduler.context_length=9000"):
+    with pytest.raises(ValueError, match=r"scheduler\.context_length=9000"):
         check_context_length(ContextLength(9000, "scheduler.context_length"), 8192, False)
     check_context_length(ContextLength(32768, "max_model_len"), 8192, True)
 

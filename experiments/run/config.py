@@ -222,7 +222,8 @@ def scheduler_schema(entry: registry.SchedulerEntry) -> type:
     schema = SCHEDULER_SCHEMAS.get(entry.name)
     if schema is None:
         cls_name = entry.config_cls.__name__
-        optional = (entry.context_field,) if entry.context_field is not None else ()
+        optional: tuple[str, ...] = (
+            (entry.context_field,) if entry.context_field is not None else ())
         optional += entry.device_fields  # null: resolved from the hardware
         # the eviction options every scheduler shares (a base class) after its own fields
         shared = [f.name for f in dataclasses.fields(EvictionOptions)] if entry.evicts else []

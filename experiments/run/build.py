@@ -29,7 +29,7 @@ from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from engines.kv_pool import KvPoolEstimate, auto_kv_pool
 from experiments.paths import project_path
-from experiments.run.preflight import check_real_executor
+from experiments.run.preflight import AUTO, check_real_executor, parse_kv_capacity
 from schedulers import registry
 from schedulers.contract import Scheduler
 from schedulers.device_defaults import FROM_CONFIG, DeviceSpec, Setting
@@ -235,9 +235,6 @@ def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
                                          device)[0]
 
 
-AUTO = "auto"
-
-
 @dataclass(frozen=True, slots=True)
 class KvCapacity:
     """A job's KV pool in token slots, where it came from ("config", or the rule of
@@ -246,24 +243,6 @@ class KvCapacity:
     tokens: int
     source: str
     estimate: KvPoolEstimate | None = None
-
-
-def parse_kv_capacity(value: Any) -> int | str:
-    """`kv_capacity_tokens` checked: a positive number of token slots, or "auto"."""
-    if isinstance(value, str) and value.strip().lower() == AUTO:
-        return AUTO
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"kv_capacity_tokens={value!r}: must be a positive number of token "
-                         "slots or 'auto' (the pool vLLM would leave on the hardware)")
-    try:
-        tokens = int(value)
-    except ValueError:
-        raise ValueError(f"kv_capacity_tokens={value!r}: must be a positive number of token "
-                         "slots or 'auto' (the pool vLLM would leave on the hardware)") from None
-    if tokens < 1:
-        raise ValueError(f"kv_capacity_tokens={tokens}: must be a positive number of token "
-                         "slots (or 'auto')")
-    return tokens
 
 
 def config_page_size(cfg_scheduler: Mapping[str, Any] | DictConfig) -> int:

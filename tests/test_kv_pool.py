@@ -170,3 +170,11 @@ def test_a_run_set_above_the_model_on_purpose_warns_in_its_summary(tmp_path: Pat
                              tmp_path / "job")
     assert summary["model_context_length"] == 8192
     assert any("max_model_len=16384" in w and "on purpose" in w for w in summary["warnings"])
+
+
+def test_a_bad_pool_fails_in_the_preflight() -> None:
+    from experiments.run.preflight import ConfigError, check_config
+
+    with pytest.raises(ConfigError, match="kv_capacity_tokens='lots'"):
+        check_config(job_config("kv_capacity_tokens=lots"))
+    check_config(job_config("kv_capacity_tokens=auto"))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedulers.contract import ENGINE_LOOPS, CapacityConfig, Scheduler, SelfCheckingScheduler
+from schedulers.device_defaults import DeviceSpec, Setting
 from schedulers.eviction import EvictionOptions
 
 # The methods of the `Scheduler` protocol (its data members, name and page_size, are
@@ -91,6 +92,13 @@ class SchedulerEntry:
       `conformance(config_line)` builds it from a conformance workload (docs/CONFORMANCE.md)
       under `conformance_rules`. None: a design of our own, with no cases.
 
+    Upstream's defaults for the hardware: `device_fields` are the config fields that a config
+    may leave unset (null) to get the value upstream's launcher resolves for the device
+    (`schedulers.device_defaults`), and `device_defaults(fields, device)` resolves them:
+    the fields as the config gives them (None: unset; the context field already set) and
+    the device, to a `Setting` (value and source) per device field; an explicit value keeps
+    its own, with source "config".
+
     Where it appears: `label` and `color` in tables and figures; `in_default_comparison`
     entries make up `names()` (what `${schedulers:}` sweeps, the demo and the bench scripts
     run); others run when named (`scheduler=<name>`). `test_only` entries (test doubles,
@@ -115,6 +123,8 @@ class SchedulerEntry:
     conformance: Callable[[Mapping[str, Any]], Scheduler] | None = None
     conformance_rules: ConformanceRules = field(default_factory=ConformanceRules)
     loops: tuple[LoopChoice, ...] = (LoopChoice("synchronous"),)
+    device_fields: tuple[str, ...] = ()
+    device_defaults: Callable[[Mapping[str, Any], DeviceSpec], Mapping[str, Setting]] | None = None
     in_default_comparison: bool = True
     test_only: bool = False
 
@@ -187,6 +197,13 @@ def check_entry(entry: SchedulerEntry) -> None:
                        ("page_field", entry.page_field)):
         if name is not None and name not in fields:
             raise ValueError(f"{where}: {what}={name!r} is not a field of "
+                             f"{entry.config_cls.__name__}")
+    if bool(entry.device_fields) != (entry.device_defaults is not None):
+        raise ValueError(f"{where}: device_fields and device_defaults go together (the "
+                         "fields a config may leave unset and the function resolving them)")
+    for name in entry.device_fields:
+        if name not in fields:
+            raise ValueError(f"{where}: device field {name!r} is not a field of "
                              f"{entry.config_cls.__name__}")
     if not entry.loops:
         raise ValueError(f"{where}: loops is empty (a scheduler runs in at least one loop)")

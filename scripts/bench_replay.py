@@ -171,8 +171,9 @@ def replay_once(scheduler: str, trace: str, max_requests: int | None,
     cfg = compose(scheduler, trace, max_requests, kv_capacity_tokens, request_rate)
     model = build_model(cfg.model)
     ctx = job_context_length(cfg, model.max_position_embeddings, None)  # as experiments.run
-    sched = build_scheduler(cfg.scheduler, kv_capacity_tokens, ctx.value)
-    executor = build_executor(cfg.executor, model, build_hardware(cfg.hardware),
+    hardware = build_hardware(cfg.hardware)
+    sched = build_scheduler(cfg.scheduler, kv_capacity_tokens, ctx.value, hardware.device)
+    executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity_tokens + sched.page_size)
     # Arrow loads its pandas shim on first use (~0.4 s): once per process, not replay work.
     import pyarrow as pa

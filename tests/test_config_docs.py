@@ -33,8 +33,9 @@ def test_config_reference_is_up_to_date_and_complete(monkeypatch: pytest.MonkeyP
     for f in dataclasses.fields(WandbConfig):
         if f.name != "name":
             assert f"| `logger.{f.name}` |" in text
-    assert "| `scheduler.max_num_seqs` | int | `128` | most requests running at once |" in text
-    assert "| `kv_capacity_tokens` | int | `16384` |" in text
+    assert ("| `scheduler.max_num_seqs` | int \\| None | `null` | most requests running at "
+            "once |") in text
+    assert "| `kv_capacity_tokens` | Any | `16384` | Token slots in the KV pool" in text
     assert "`experiment=preemption`" in text and "`hydra/launcher=slurm`" in text
     assert "docs/CONFIG.md" in (ROOT / "README.md").read_text()
 

@@ -117,7 +117,7 @@ def test_typo_in_an_override_fails_with_the_valid_keys(tmp_path: Path) -> None:
     proc = run(f"hydra.run.dir={tmp_path}", "scheduler.max_seqs=4", check=False)
     assert proc.returncode != 0
     assert ("override 'scheduler.max_seqs=4': scheduler has no key 'max_seqs'; valid keys: "
-            "block_size, enable_prefix_caching") in proc.stderr
+            "async_scheduling, block_size, enable_prefix_caching") in proc.stderr
     assert "max_num_seqs" in proc.stderr
     assert not (tmp_path / "summary.json").exists()
 
@@ -135,7 +135,7 @@ def test_type_errors_and_defaults_compose(hydra_conf: object) -> None:
     cfg = compose(config_name="config")
     assert cfg.scheduler.name == "vllm" and cfg.workload.name == "synthetic"
     assert cfg.slo.ttft == 2000 and cfg.logger.name == "none"
-    for override, why in (("kv_capacity_tokens=lots", "could not be converted to Integer"),
+    for override, why in (("seed=lots", "could not be converted to Integer"),
                           ("progress=sometimes", "expected one of [auto, on, off]"),
                           ("workload.request_rate=fast", "could not be converted to Float")):
         with pytest.raises(Exception, match=f"Error merging override {override}") as e:

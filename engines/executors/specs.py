@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from schedulers.device_defaults import DeviceSpec
+
 
 def _positive(owner: str, name: str, value: float) -> None:
     if not value > 0:
@@ -131,13 +133,20 @@ class ModelSpec:
 @dataclass(frozen=True, slots=True)
 class HardwareSpec:
     """One accelerator: dense peak FLOP/s at the model's dtype, HBM bandwidth (bytes/s),
-    host link bandwidth (bytes/s, one direction, for swap/offload models), memory (bytes)."""
+    host link bandwidth (bytes/s, one direction, for swap/offload models), memory (bytes, the
+    total the driver reports, as NVML and `nvidia-smi` do; 0: unknown), and `device_name`,
+    the name the device reports (`torch.cuda.get_device_name`; empty: `name`).
+
+    Upstream's launchers size scheduler limits from the memory and the name
+    (schedulers/device_defaults.py), and `kv_capacity_tokens=auto` the KV pool
+    (engines/kv_pool.py)."""
 
     name: str
     peak_flops: float
     memory_bandwidth: float
     host_link_bandwidth: float
     memory_bytes: float = 0.0
+    device_name: str = ""
 
     def __post_init__(self) -> None:
         owner = f"hardware {self.name!r}"
@@ -145,3 +154,8 @@ class HardwareSpec:
             _positive(owner, name, getattr(self, name))
         if self.memory_bytes < 0:
             raise ValueError(f"{owner}: memory_bytes={self.memory_bytes!r}: must be >= 0")
+
+    @property
+    def device(self) -> DeviceSpec:
+        """What upstream's launchers query of this device: its reported name and memory."""
+        return DeviceSpec(self.device_name or self.name, self.memory_bytes)

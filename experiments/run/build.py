@@ -27,6 +27,7 @@ from engines.decode_batch_cost import DecodeBatchCostModel
 from engines.executors.base import Executor
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
+from engines.kv_pool import KvPoolEstimate, auto_kv_pool
 from engines.measured_cost import (
     MEASURED_DIR,
     FittedRooflineCostModel,
@@ -37,9 +38,10 @@ from engines.measured_cost import (
     measured_profile_folder,
 )
 from experiments.paths import project_path
-from experiments.run.preflight import check_real_executor
+from experiments.run.preflight import AUTO, check_real_executor, parse_kv_capacity
 from schedulers import registry
 from schedulers.contract import Scheduler
+from schedulers.device_defaults import FROM_CONFIG, DeviceSpec, Setting
 
 T = TypeVar("T")
 EXECUTORS = ("sim", "real")
@@ -125,6 +127,35 @@ def job_context_length(cfg: DictConfig, model_context: int | None,
     return context_length(top, cfg.scheduler, model_context, "model.max_position_embeddings")
 
 
+def model_context_length(cfg: DictConfig, model_context: int | None,
+                         checkpoint: Mapping[str, Any] | None) -> int | None:
+    """The model's own context length: the checkpoint's config.json `max_position_embeddings`
+    with `executor=real`, the model group's with the sim (None: unknown)."""
+    if str(cfg.executor.name) == "real":
+        ctx = (checkpoint or {}).get("max_position_embeddings")
+        return int(ctx) if ctx else None
+    return model_context
+
+
+def check_context_length(ctx: ContextLength, model_context: int | None,
+                         allow_long_max_model_len: bool) -> None:
+    """Refuse a context length set above the model's own unless `allow_long_max_model_len`
+    says it is on purpose (the run then warns: experiments/run/caveats.py).
+
+    mirrors vllm/config/model.py: _get_and_verify_max_len (a user-specified max_model_len
+    above the model's derived one raises unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) and
+    sglang/srt/configs/model_config.py (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)."""
+    if (ctx.value is None or model_context is None or ctx.value <= model_context
+            or allow_long_max_model_len):
+        return
+    key = "max_model_len" if ctx.source == "max_model_len" else ctx.source
+    raise ValueError(f"{key}={ctx.value} is above the model's context length "
+                     f"({model_context}, max_position_embeddings): requests would run past "
+                     "the positions the model was trained for. Lower it, or set "
+                     "allow_long_max_model_len=true to run so on purpose (as upstream's "
+                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; the summary then warns)")
+
+
 def effective_context_length(scheduler: Scheduler, ctx: ContextLength) -> int | None:
     """The context length `scheduler` runs with: `ctx.value`, else the one its registry
     entry reads from it (vllm's built-in 4096; None for sglang, whose pool is then the
@@ -137,17 +168,47 @@ def effective_context_length(scheduler: Scheduler, ctx: ContextLength) -> int | 
     return entry.context_length(scheduler)
 
 
-def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
-                    kv_capacity_tokens: int, max_model_len: int | None = None) -> Scheduler:
-    """The scheduler named by `cfg_scheduler.name` (its registry entry), holding
-    `kv_capacity_tokens` KV slots.
+@dataclass(frozen=True, slots=True)
+class SchedulerFields:
+    """A registered scheduler's config fields as it is built (`fields`: what its config class
+    receives) and the value and source of each of its device-sized limits (`settings`, the
+    entry's `device_fields`: summary.json `scheduler_limits`)."""
 
-    Every field but `name` (and `target`) is a field of the scheduler's config dataclass;
-    the capacity field (vllm `num_blocks`, sglang `max_total_tokens`) comes from
-    `kv_capacity_tokens` through the config's `from_capacity`. `max_model_len`, when given,
-    sets the entry's context field (vllm `max_model_len`, sglang `context_length`), so that a
-    comparison can give both the same; a `target` factory gets it as `max_model_len=`.
-    """
+    fields: dict[str, Any]
+    settings: dict[str, Setting]
+
+
+def scheduler_fields(entry: registry.SchedulerEntry, fields: Mapping[str, Any],
+                     max_model_len: int | None, device: DeviceSpec | None) -> SchedulerFields:
+    """The fields a registered scheduler is built with: `max_model_len`, when given, sets the
+    entry's context field (vllm `max_model_len`, sglang `context_length`), so that a
+    comparison can give both the same (unset: the config class's default); every device
+    field the config leaves unset (null) gets the value upstream's launcher resolves for
+    `device` (`entry.device_defaults`; None: a device whose memory is unknown); an explicit
+    value always wins."""
+    out = dict(fields)
+    key = entry.context_field
+    if key is not None:
+        if max_model_len is not None:
+            out[key] = int(max_model_len)
+        elif out.get(key) is None:
+            out.pop(key, None)  # the config class's own default
+    settings: dict[str, Setting] = {}
+    if entry.device_defaults is not None:
+        given = {k: out.get(k) for k in entry.device_fields}
+        resolved = entry.device_defaults({**out, **given}, device or DeviceSpec("", 0.0))
+        for k in entry.device_fields:
+            settings[k] = resolved[k]
+            out[k] = resolved[k].value
+    return SchedulerFields(out, settings)
+
+
+def build_scheduler_with_settings(cfg_scheduler: Mapping[str, Any] | DictConfig,
+                                  kv_capacity_tokens: int, max_model_len: int | None = None,
+                                  device: DeviceSpec | None = None
+                                  ) -> tuple[Scheduler, dict[str, Setting]]:
+    """`build_scheduler`, and the value and source of each device-sized limit it resolved
+    (empty for a `target` scheduler, which gets its fields as given)."""
     fields = as_dict(cfg_scheduler)
     name = fields.pop("name", None)
     target = fields.pop("target", None)
@@ -160,15 +221,65 @@ def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
         except TypeError as e:
             raise ValueError(f"scheduler.target={target!r}: cannot be called with "
                              f"{', '.join(sorted(fields)) or 'no fields'} ({e})") from e
-        return sched
+        return sched, {}
     entry = registry.get(name)
-    key = entry.context_field
-    if key is not None:
-        if max_model_len is not None:
-            fields[key] = int(max_model_len)
-        elif fields.get(key) is None:
-            fields.pop(key, None)  # the config class's own default
-    return entry.build(entry.config(kv_capacity_tokens, **fields))
+    resolved = scheduler_fields(entry, fields, max_model_len, device)
+    return entry.build(entry.config(kv_capacity_tokens, **resolved.fields)), resolved.settings
+
+
+def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
+                    kv_capacity_tokens: int, max_model_len: int | None = None,
+                    device: DeviceSpec | None = None) -> Scheduler:
+    """The scheduler named by `cfg_scheduler.name` (its registry entry), holding
+    `kv_capacity_tokens` KV slots.
+
+    Every field but `name` (and `target`) is a field of the scheduler's config dataclass;
+    the capacity field (vllm `num_blocks`, sglang `max_total_tokens`) comes from
+    `kv_capacity_tokens` through the config's `from_capacity`. `max_model_len` and the
+    device-sized limits left unset (null) are resolved by `scheduler_fields` (`device`: the
+    configured hardware's, `HardwareSpec.device`); a `target` factory gets `max_model_len=`
+    and its other fields as given.
+    """
+    return build_scheduler_with_settings(cfg_scheduler, kv_capacity_tokens, max_model_len,
+                                         device)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class KvCapacity:
+    """A job's KV pool in token slots, where it came from ("config", or the rule of
+    `engines.kv_pool` for `kv_capacity_tokens=auto`) and that rule's arithmetic."""
+
+    tokens: int
+    source: str
+    estimate: KvPoolEstimate | None = None
+
+
+def config_page_size(cfg_scheduler: Mapping[str, Any] | DictConfig) -> int:
+    """The KV page size a scheduler config sets (its entry's `page_field`, else the config
+    class's default; 1 when the scheduler has none or is a `target`)."""
+    fields = as_dict(cfg_scheduler)
+    entry = None if fields.get("target") else registry.find(str(fields.get("name")))
+    if entry is None or entry.page_field is None:
+        return 1
+    if fields.get(entry.page_field) is not None:
+        return int(fields[entry.page_field])
+    default = next(f.default for f in dataclasses.fields(entry.config_cls)
+                   if f.name == entry.page_field)
+    return int(default) if isinstance(default, int) else 1
+
+
+def resolve_kv_capacity(value: Any, model: ModelSpec, hardware: HardwareSpec,
+                        gpu_memory_utilization: float, max_model_len: int | None,
+                        page_size: int = 1) -> KvCapacity:
+    """The job's KV pool: an explicit `kv_capacity_tokens` as given, "auto" the pool vLLM's
+    GPU worker would leave for `model` on `hardware` (`engines.kv_pool.auto_kv_pool`: the
+    same for every scheduler of a comparison, a multiple of `page_size` too)."""
+    parsed = parse_kv_capacity(value)
+    if parsed != AUTO:
+        return KvCapacity(int(parsed), FROM_CONFIG)
+    estimate = auto_kv_pool(model, hardware, float(gpu_memory_utilization), max_model_len,
+                            page_size)
+    return KvCapacity(estimate.kv_capacity_tokens, estimate.source, estimate)
 
 
 def build_admission(cfg_admission: Mapping[str, Any] | DictConfig | None) -> AdmissionLimits:

@@ -1,7 +1,7 @@
 """What a reader of a run's numbers must know, for summary.json `warnings` and the log:
 requests the workload's transforms dropped or clipped, a large share of requests refused or
-aborted (the latency statistics then describe a selection), schedulers left at different
-built-in context lengths."""
+aborted (the latency statistics then describe a selection), a context length set above the
+model's own, schedulers left at different built-in context lengths."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ def run_warnings(summary: Mapping[str, Any]) -> list[str]:
                    f"(max_model_len={summary.get('max_model_len')} from "
                    f"{summary.get('max_model_len_source')}); latency statistics cover the "
                    "completed requests only")
+    ctx, model_ctx = summary.get("max_model_len"), summary.get("model_context_length")
+    if ctx is not None and model_ctx is not None and int(ctx) > int(model_ctx):
+        out.append(f"max_model_len={ctx} (from {summary.get('max_model_len_source')}) is above "
+                   f"the model's context length ({model_ctx}), set so on purpose "
+                   "(allow_long_max_model_len=true): requests may run past the positions the "
+                   "model was trained for, which a real server would compute wrongly")
     if summary.get("max_model_len_source") == "scheduler default":
         out.append("no context length given (max_model_len, the scheduler's own, or the "
                    "model's max_position_embeddings): each scheduler uses its built-in "

@@ -187,9 +187,12 @@ class RunConfig:
     """The top-level config: one job = one scheduler x one workload x one executor.
 
     `kv_capacity_tokens` is the KV pool in token slots, the same for every scheduler of a
-    comparison (vLLM: that many / block_size blocks); `max_model_len`, when set, is the
+    comparison (vLLM: that many / block_size blocks), or `auto`: the pool vLLM would leave
+    for the model on the hardware with `gpu_memory_utilization` of its memory
+    (engines/kv_pool.py); `max_model_len`, when set, is the
     context length of either scheduler (vLLM `max_model_len`, SGLang `context_length`); null:
-    each scheduler's own setting, else the model's (`experiments.run.build.context_length`).
+    each scheduler's own setting, else the model's (`experiments.run.build.context_length`);
+    above the model's own only with `allow_long_max_model_len` (the summary then warns).
     `name` labels the experiment (sweep folder, W&B group, report titles).
     `check_invariants` checks the scheduler's KV bookkeeping after every step (slower);
     `resume` skips a job whose folder already holds a complete result for this config.
@@ -205,8 +208,10 @@ class RunConfig:
     slo: Any = MISSING
     logger: Any = MISSING
     seed: int = 0
-    kv_capacity_tokens: int = 16384
+    kv_capacity_tokens: Any = 16384
+    gpu_memory_utilization: float = 0.92
     max_model_len: int | None = None
+    allow_long_max_model_len: bool = False
     progress: Progress = Progress.auto
     on_error: OnError = OnError.fail
     check_invariants: bool = False
@@ -218,11 +223,14 @@ class RunConfig:
 def scheduler_schema(entry: registry.SchedulerEntry) -> type:
     """The config schema of a registered scheduler (its config class mirrored, less the
     capacity field, plus `name`; the context field may be null: the model's then, see
-    `experiments.run.build.context_length`), made once per scheduler."""
+    `experiments.run.build.context_length`; so may the entry's `device_fields`: resolved from
+    the hardware then, see `experiments.run.build.scheduler_fields`), made once per scheduler."""
     schema = SCHEDULER_SCHEMAS.get(entry.name)
     if schema is None:
         cls_name = entry.config_cls.__name__
-        optional = (entry.context_field,) if entry.context_field is not None else ()
+        optional: tuple[str, ...] = (
+            (entry.context_field,) if entry.context_field is not None else ())
+        optional += entry.device_fields  # null: resolved from the hardware
         # the eviction options every scheduler shares (a base class) after its own fields
         shared = [f.name for f in dataclasses.fields(EvictionOptions)] if entry.evicts else []
         schema = mirror(entry.config_cls, f"{cls_name.removesuffix('Config')}Schema",

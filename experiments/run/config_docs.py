@@ -70,7 +70,11 @@ SHARED_MEANINGS: dict[str, str] = {
     "model.head_dim": "per-head dimension (null: hidden_size / num_attention_heads)",
     "model.tie_word_embeddings": "LM head shares the embedding weights",
     "model.attention_bias": "q/k/v projections have a bias (Qwen2)",
-    "hardware.memory_bytes": "accelerator memory, bytes",
+    "hardware.memory_bytes": "accelerator memory, bytes, the total NVML reports (sizes the "
+                             "schedulers' unset batch limits and kv_capacity_tokens=auto; "
+                             "0: unknown)",
+    "hardware.device_name": "the name the device reports (vLLM's batch defaults read it; "
+                            "empty: name)",
     "slo.ttft": "time-to-first-token target, ms (null: none)",
     "slo.tpot": "time-per-output-token target, ms (null: none)",
     "slo.e2el": "end-to-end latency target, ms (null: none)",

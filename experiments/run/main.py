@@ -71,15 +71,21 @@ from experiments.results.sinks import (
     write_table,
 )
 from experiments.run.build import (
+    AUTO,
     as_dict,
     build_admission,
     build_executor,
     build_hardware,
     build_model,
-    build_scheduler,
+    build_scheduler_with_settings,
+    check_context_length,
+    config_page_size,
     cost_model_summary,
     effective_context_length,
     job_context_length,
+    model_context_length,
+    parse_kv_capacity,
+    resolve_kv_capacity,
     step_time_source,
 )
 from experiments.run.caveats import run_warnings
@@ -157,9 +163,15 @@ def invariant_check(scheduler: Scheduler) -> SchedulerCheck:
 
 def validate_run_config(cfg: DictConfig) -> None:
     """Refuse top-level values that no scheduler can run with, naming the valid range."""
-    kv = int(cfg.kv_capacity_tokens)
-    if kv < 1:
-        raise ValueError(f"kv_capacity_tokens={kv}: must be a positive number of token slots")
+    kv = parse_kv_capacity(cfg.kv_capacity_tokens)
+    if kv == AUTO and str(cfg.executor.name) == "real":
+        raise ValueError("kv_capacity_tokens=auto sizes the pool of the configured hardware "
+                         "for the simulated executor; with executor=real give the pool as a "
+                         "number of token slots (kv_capacity_tokens=N)")
+    util = cfg.get("gpu_memory_utilization", 0.92)
+    if not (isinstance(util, int | float) and 0 < util <= 1):
+        raise ValueError(f"gpu_memory_utilization={util!r}: must be in (0, 1] (vLLM's "
+                         "default: 0.92)")
     max_len = cfg.get("max_model_len")
     if max_len is not None and int(max_len) < 1:
         raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
@@ -197,7 +209,7 @@ def failed_summary(cfg: DictConfig, error: Exception, workload: str | None = Non
         "executor": str(cfg.executor.name),
         "workload": workload_label(cfg, workload),
         "seed": int(cfg.seed),
-        "kv_capacity_tokens": int(cfg.kv_capacity_tokens),
+        "kv_capacity_tokens": cfg.kv_capacity_tokens,
         **git_state(),
     }
 
@@ -242,17 +254,24 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     validate_run_config(cfg)
     digest = config_hash(cfg)  # the inputs as they are read now
     seed = int(cfg.seed)
-    kv_capacity = int(cfg.kv_capacity_tokens)
-    stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
     real = str(cfg.executor.name) == "real"
-    # The real executor's tokens are read back from the requests: keep them (small runs).
-    requests: Iterable[Request] = list(stream) if real else stream
-    admission = build_admission(cfg.get("admission"))
     model = build_model(cfg.model)
     hardware = build_hardware(cfg.hardware)
     checkpoint = checkpoint_config(cfg.executor) if real else None
     ctx = job_context_length(cfg, model.max_position_embeddings, checkpoint)
-    scheduler = build_scheduler(cfg.scheduler, kv_capacity, ctx.value)
+    model_context = model_context_length(cfg, model.max_position_embeddings, checkpoint)
+    # before the workload: a context length past the model's is refused whatever it replays
+    check_context_length(ctx, model_context, bool(cfg.get("allow_long_max_model_len", False)))
+    stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    # The real executor's tokens are read back from the requests: keep them (small runs).
+    requests: Iterable[Request] = list(stream) if real else stream
+    admission = build_admission(cfg.get("admission"))
+    pool = resolve_kv_capacity(cfg.kv_capacity_tokens, model, hardware,
+                               float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
+                               config_page_size(cfg.scheduler))
+    kv_capacity = pool.tokens
+    scheduler, limits = build_scheduler_with_settings(cfg.scheduler, kv_capacity, ctx.value,
+                                                      hardware.device)
     # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
     executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity + scheduler.page_size)
@@ -293,8 +312,12 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             **workload_summary(cfg, stream, workload),
             "seed": seed,
             "kv_capacity_tokens": kv_capacity,
+            "kv_capacity_source": pool.source,
+            "kv_pool_estimate": pool.estimate.as_dict() if pool.estimate else None,
             "max_model_len": effective_context_length(scheduler, ctx),
             "max_model_len_source": ctx.source,
+            "model_context_length": model_context,
+            "scheduler_limits": {k: v.as_dict() for k, v in limits.items()},
             **git_state(),
             **core_summary(),
             **compute_metrics_from_files(*spool, slo_ms=_slo(cfg),

@@ -34,6 +34,27 @@ COUNTERPARTS: dict[tuple[str, str], str] = {
     ("sglang", "page_size"): "block_size",
     ("sglang", "schedule_policy"): "policy",
 }
+AUTO = "auto"  # kv_capacity_tokens=auto: the pool vLLM would leave (engines/kv_pool.py)
+
+
+def parse_kv_capacity(value: Any) -> int | str:
+    """`kv_capacity_tokens` checked: a positive number of token slots, or "auto"."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"kv_capacity_tokens={value!r}: must be a positive number of token "
+                         "slots or 'auto' (the pool vLLM would leave on the hardware)")
+    try:
+        tokens = int(value)
+    except ValueError:
+        raise ValueError(f"kv_capacity_tokens={value!r}: must be a positive number of token "
+                         "slots or 'auto' (the pool vLLM would leave on the hardware)") from None
+    if tokens < 1:
+        raise ValueError(f"kv_capacity_tokens={tokens}: must be a positive number of token "
+                         "slots (or 'auto')")
+    return tokens
+
+
 # Keys that are one knob for both schedulers at the top level of the config.
 TOP_LEVEL: dict[str, str] = {"max_model_len": "max_model_len",
                              "context_length": "max_model_len"}
@@ -176,5 +197,9 @@ def check_real_executor(cfg_executor: DictConfig | Mapping[str, Any]) -> Path:
 
 def check_config(cfg: DictConfig) -> None:
     """Every preflight check of a composed run config (before the job builds anything)."""
+    try:
+        parse_kv_capacity(cfg.get("kv_capacity_tokens"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if str(OmegaConf.select(cfg, "executor.name", default="")) == "real":
         check_real_executor(cfg.executor)

@@ -7,6 +7,7 @@ from schedulers.registry import SchedulerEntry, register
 from schedulers.sglang.config import SglangSchedulerConfig
 from schedulers.sglang.conformance import sglang_scheduler_from_conformance
 from schedulers.sglang.invariants import check_sglang_invariants
+from schedulers.sglang.memory_defaults import DEVICE_FIELDS, device_defaults
 from schedulers.sglang.scheduler import SglangScheduler
 
 
@@ -26,4 +27,6 @@ ENTRY = register(SchedulerEntry(
     check_invariants=check_sglang_invariants,
     upstream="sglang 0.5.22", label="SGLang", color="#e0701b",
     conformance=sglang_scheduler_from_conformance,
+    # unset: sized by the GPU's memory as SGLang's launcher sizes it (handle_gpu_memory_settings)
+    device_fields=DEVICE_FIELDS, device_defaults=device_defaults,
 ))

@@ -4,6 +4,7 @@ what it may ask of it, and how its conformance cases replay the real vLLM."""
 from __future__ import annotations
 
 from schedulers.registry import ConformanceRules, LoopChoice, SchedulerEntry, register
+from schedulers.vllm.batch_defaults import DEVICE_FIELDS, device_defaults
 from schedulers.vllm.build import build_scheduler
 from schedulers.vllm.config import VllmSchedulerConfig
 from schedulers.vllm.conformance import vllm_scheduler_from_conformance
@@ -31,4 +32,6 @@ ENTRY = register(SchedulerEntry(
     # EngineCore.step_with_batch_queue (a plain `vllm serve` on a GPU: async_scheduling)
     loops=(LoopChoice("synchronous", (("async_scheduling", False),)),
            LoopChoice("batch_queue", (("async_scheduling", True),))),
+    # unset: sized by the device as `vllm serve` sizes them (EngineArgs.get_batch_defaults)
+    device_fields=DEVICE_FIELDS, device_defaults=device_defaults,
 ))

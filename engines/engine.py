@@ -2,7 +2,7 @@
 
 The engine runs the loop the scheduler declares (`LoopDeclaringScheduler`, DESIGN.md "Engine
 loops"): the synchronous loop below, or a pipelined loop of engines/pipeline.py (vLLM's
-async scheduling with its batch queue, SGLang's overlap loop). Each iteration of the synchronous loop:
+batch queue, SGLang's overlap loop). Each iteration of the synchronous loop:
 1. admit every request whose `arrival_time <= clock`: `executor.register(request)`; with
    `admission` limits, a request over them ends "rejected_503" at once (engines/admission.py);
    then `scheduler.add_request(request)`: a non-None return is a rejection reason and the

@@ -271,9 +271,9 @@ class Loop:
         for req in self.waiting_queue:
             if len(adder.can_run_list) >= self.num_allocatable_reqs(len(rb.reqs)):
                 rb.batch_is_full = True
-            if rb.batch_is_full:
-                if not self.enable_priority_preemption or not self.preempt(adder, req):
-                    break
+            if rb.batch_is_full and (not self.enable_priority_preemption
+                                     or not self.preempt(adder, req)):
+                break
             req.init_next_round_input(self.tree_cache)
             res = adder.add_one_req(req, has_chunked_req=self.chunked_req is not None,
                                     truncation_align_size=None)

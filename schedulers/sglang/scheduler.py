@@ -175,7 +175,8 @@ class SglangScheduler:
                 assert r.extend_end is not None and r.req_pool_idx is not None
                 chunks.append(ScheduledChunk(
                     r.rid, r.fill_ids[r.prefix_len:r.extend_end], r.prefix_len,
-                    rows[r.req_pool_idx], r.inflight_middle_chunks == 0, r.admitted))
+                    # the last chunk samples (overlap: an earlier chunk may be in flight)
+                    rows[r.req_pool_idx], r is not batch.chunked_req, r.admitted))
                 r.admitted = False
         else:
             for r in batch.reqs:

@@ -56,6 +56,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "schedulers.sglang.schedule_batch",
     "schedulers.sglang.schedule_policy",
     "schedulers.sglang.scheduler",
+    "schedulers.sglang.overlap",
     "engines.arrivals",
     "engines.engine",
     "engines.pipeline",

@@ -446,6 +446,7 @@ def record(workload: str, out_path: str, max_steps: int) -> dict:
             loop.add_request_to_queue(loop.make_req(pending.popleft()))
         line: dict = {"type": "step", "step": step, "scheduled": [], "preempted": [],
                       "finished": [], "aborted": [], "committed": None}
+        in_flight = bool(loop.result_queue)  # a result that may free what the head needs
         loop.iterate(step, line)
         ended.update(line["finished"], line["aborted"])
         victims.update(line["preempted"])
@@ -458,9 +459,11 @@ def record(workload: str, out_path: str, max_steps: int) -> dict:
                     ratio=round(loop.tracker.current, 6))
         lines.append(line)
         step += 1
-        # A true stall: everything arrived, nothing runs or is in flight, and admission was
-        # tried and found no room for the head (upstream would retry it forever).
-        if (not pending and line["mode"] == "idle" and line.get("stop") == "NO_TOKEN"
+        # A true stall: everything arrived, nothing runs or was in flight when the iteration
+        # planned, and admission was tried and found no room for the head (upstream would
+        # retry it forever).
+        if (not pending and not in_flight and line["mode"] == "idle"
+                and line.get("stop") == "NO_TOKEN"
                 and loop.running_batch.is_empty() and loop.chunked_req is None
                 and not loop.result_queue and loop.last_batch is None):
             stalled = True

@@ -58,6 +58,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "schedulers.sglang.schedule_policy",
     "schedulers.sglang.scheduler",
     "schedulers.sglang.decode_run",
+    "schedulers.sglang.overlap",
     "engines.arrivals",
     "engines.engine",
     "engines.pipeline",

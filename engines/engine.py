@@ -1,8 +1,8 @@
 """The step loop over a virtual clock (DESIGN.md, "Engine and clock").
 
 The engine runs the loop the scheduler declares (`LoopDeclaringScheduler`, DESIGN.md "Engine
-loops"): the synchronous loop below, or the batch-queue loop of engines/pipeline.py (vLLM's
-async scheduling). Each iteration of the synchronous loop:
+loops"): the synchronous loop below, or a pipelined loop of engines/pipeline.py (vLLM's
+batch queue, SGLang's overlap loop). Each iteration of the synchronous loop:
 1. admit every request whose `arrival_time <= clock`: `executor.register(request)`; with
    `admission` limits, a request over them ends "rejected_503" at once (engines/admission.py);
    then `scheduler.add_request(request)`: a non-None return is a rejection reason and the
@@ -51,6 +51,7 @@ from engines.pipeline import BatchQueueLoop
 from engines.records import Recorder
 from schedulers.contract import (
     BATCH_QUEUE,
+    OVERLAP,
     SYNCHRONOUS,
     DecodeRunScheduler,
     EngineLoop,
@@ -86,8 +87,8 @@ _MAX_RUN_STEPS = 4096
 
 
 SchedulerCheck = Callable[[Scheduler], None]
-# The loops this engine implements, by `EngineLoop.name` (SGLang's overlap loop goes here).
-_LOOPS = (SYNCHRONOUS.name, BATCH_QUEUE.name)
+# The loops this engine implements, by `EngineLoop.name`.
+_LOOPS = (SYNCHRONOUS.name, BATCH_QUEUE.name, OVERLAP.name)
 
 
 @dataclass(slots=True)
@@ -283,7 +284,8 @@ class Engine:
             else None
         start_time = arrivals.peek_time() if arrivals.pending() else 0.0
         if self.loop.pipelined:
-            clock = BatchQueueLoop(self, self.loop.batch_queue_size).run(self.clock)
+            clock = BatchQueueLoop(self, self.loop.batch_queue_size,
+                                   overlap=self.loop.name == OVERLAP.name).run(self.clock)
         else:
             clock = self._run_synchronous(self.clock)
         self.clock = clock

@@ -13,6 +13,16 @@ of it (one iteration below; the conformance replay logs one line per call):
    nothing more to schedule (`must_commit`);
 3. the oldest queued plan's result is committed (`update_from_output`) once it is ready.
 
+`OVERLAP` mirrors sglang/srt/managers/scheduler.py: Scheduler.event_loop_overlap. One call:
+1. the arrivals due reach the scheduler (ingest_requests), or the clock jumps as above;
+2. plan batch k (`schedule()`, get_next_batch_to_run) and launch it when it computes
+   something (an idle plan launches nothing);
+3. commit batch k-1 when one was launched in the previous call (pop_and_process, whether or
+   not batch k exists); an idle plan is then committed at once (it carries only aborts).
+So at most one batch is in flight when a plan is made, as with the batch queue of two; unlike
+it, a call always commits the previous batch, even when it launched nothing
+(`must_commit_overlap`).
+
 The virtual clock charges no time for scheduling in either loop (the scheduler reads no
 clock), so overlapping it with execution does not shorten a step: the executor runs the plans
 back to back in launch order. A plan made at clock `t` starts when the executor is free,
@@ -61,12 +71,24 @@ class Batch:
     end: float
     in_flight: int
 
+    @property
+    def executed(self) -> bool:
+        """Whether the plan ran on the executor (an idle plan does not)."""
+        return bool(self.plan.chunks or self.plan.has_swaps)
+
 
 def must_commit(queued: int, size: int, executed: bool, more_to_schedule: bool) -> bool:
     """mirrors core.py: EngineCore.step_with_batch_queue: after queueing a plan (`queued`
     plans now), the call waits for the oldest result when the queue is full, or when the plan
     computed nothing and the scheduler has nothing more to schedule."""
     return queued >= size or not (executed or more_to_schedule)
+
+
+def must_commit_overlap(queued: int, executed: bool) -> bool:
+    """mirrors scheduler.py: Scheduler.event_loop_overlap: after planning (`queued` plans in
+    the queue now, the new one included), the call processes the previous batch when there is
+    one (`queued` 2), and an idle plan is committed at once (it ran nothing)."""
+    return queued >= 2 or not executed
 
 
 def fill_placeholders(plan: StepPlan, previous: StepResult | None) -> None:
@@ -88,9 +110,10 @@ class BatchQueueLoop:
     """Runs `engine` in the batch-queue loop (module docstring) from `clock`; `run` returns
     the clock when every request has ended and every queued plan is committed."""
 
-    def __init__(self, engine: Engine, batch_queue_size: int) -> None:
+    def __init__(self, engine: Engine, batch_queue_size: int, overlap: bool = False) -> None:
         self.engine = engine
         self.size = batch_queue_size
+        self.overlap = overlap  # SGLang's event_loop_overlap (module docstring, `OVERLAP`)
         self.queue: deque[Batch] = deque()  # newest first, as upstream's appendleft / pop
         self.executor_free = 0.0  # when the executor finishes the last launched plan
         self.previous: StepResult | None = None  # the last launched plan's result
@@ -122,13 +145,23 @@ class BatchQueueLoop:
                 plan = self._launch(clock)
                 progress = bool(plan.chunks or plan.aborted)
                 executed = bool(plan.chunks or plan.has_swaps)
-                if not must_commit(len(queue), self.size, executed, sched.has_unfinished()):
+                if self.overlap:
+                    commit = must_commit_overlap(len(queue), executed)
+                else:
+                    commit = must_commit(len(queue), self.size, executed,
+                                         sched.has_unfinished())
+                if not commit:
                     clock = self._count_idle(progress, clock)
                     continue
             batch = queue.pop()
             clock = max(clock, batch.end)
             finished = self._commit(batch)
-            clock = self._count_idle(progress or bool(batch.plan.chunks) or finished, clock)
+            progress = progress or bool(batch.plan.chunks) or finished
+            if self.overlap and queue and not queue[-1].executed:
+                idle = queue.pop()  # the idle plan just made, committed after batch k-1
+                clock = max(clock, idle.end)
+                self._commit(idle)
+            clock = self._count_idle(progress, clock)
 
     def _launch(self, clock: float) -> StepPlan:
         """Plan at `clock`, execute the plan (placeholders filled), record its launch, queue

@@ -25,7 +25,8 @@ class EngineLoop:
 
     `batch_queue_size` is the most plans launched and not yet committed: 1 is the synchronous
     loop (schedule, execute, commit); 2 plans step k+1 while step k executes and commits k
-    after, with k+1's plan already made (vLLM's `EngineCore.step_with_batch_queue`).
+    after, with k+1's plan already made (vLLM's `EngineCore.step_with_batch_queue`, SGLang's
+    `event_loop_overlap`; they differ in when a call commits: engines/pipeline.py).
     """
 
     name: str
@@ -41,7 +42,11 @@ class EngineLoop:
 SYNCHRONOUS = EngineLoop("synchronous", 1)
 # vLLM `EngineCore.step_with_batch_queue` with `max_concurrent_batches` 2 (async scheduling)
 BATCH_QUEUE = EngineLoop("batch_queue", 2)
-ENGINE_LOOPS: dict[str, EngineLoop] = {loop.name: loop for loop in (SYNCHRONOUS, BATCH_QUEUE)}
+# SGLang `Scheduler.event_loop_overlap`: batch k planned and launched, then batch k-1's result
+# processed (an idle iteration launches nothing and still processes k-1)
+OVERLAP = EngineLoop("overlap", 2)
+ENGINE_LOOPS: dict[str, EngineLoop] = {
+    loop.name: loop for loop in (SYNCHRONOUS, BATCH_QUEUE, OVERLAP)}
 
 
 @dataclass(slots=True, eq=False)

@@ -81,9 +81,9 @@ def test_the_scheduler_declares_its_loop_and_the_engine_runs_it() -> None:
 
 def test_an_undeclared_or_unknown_loop() -> None:
     sched = vllm(async_scheduling=True)
-    sched.engine_loop = EngineLoop("overlap", 2)
-    with pytest.raises(ValueError, match=r"declares the engine loop 'overlap'; this engine "
-                                         r"runs: synchronous, batch_queue"):
+    sched.engine_loop = EngineLoop("mixed", 2)
+    with pytest.raises(ValueError, match=r"declares the engine loop 'mixed'; this engine "
+                                         r"runs: synchronous, batch_queue, overlap"):
         Engine(sched, tiny_sim(), [])
     with pytest.raises(ValueError, match=r"async_scheduling=True does not fit VllmScheduler"):
         from schedulers.vllm import VllmScheduler

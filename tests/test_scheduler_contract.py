@@ -189,10 +189,10 @@ def test_registration_checks_the_declared_capabilities() -> None:
         registry.register(dataclasses.replace(entry, name="bad", upstream="x 1.0"))
     with pytest.raises(ValueError, match=r"'bad': page_field='block' is not a field"):
         registry.register(dataclasses.replace(entry, name="bad", page_field="block"))
-    with pytest.raises(ValueError, match=r"'bad': loop 'overlap' is unknown; valid: "
-                                         "synchronous, batch_queue"):
+    with pytest.raises(ValueError, match=r"'bad': loop 'mixed' is unknown; valid: "
+                                         "synchronous, batch_queue, overlap"):
         registry.register(dataclasses.replace(entry, name="bad",
-                                              loops=(registry.LoopChoice("overlap"),)))
+                                              loops=(registry.LoopChoice("mixed"),)))
     with pytest.raises(ValueError, match=r"'bad': loop 'batch_queue' selected by async: not "
                                          "a field of FcfsConfig"):
         registry.register(dataclasses.replace(entry, name="bad", loops=(

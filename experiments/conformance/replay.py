@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from engines.pipeline import must_commit
+from engines.pipeline import must_commit, must_commit_overlap
 from schedulers import registry
 from schedulers.contract import (
+    OVERLAP,
     SYNCHRONOUS,
     LoopDeclaringScheduler,
     Request,
@@ -118,7 +119,9 @@ def replay(
         }
     loop = sched.engine_loop if isinstance(sched, LoopDeclaringScheduler) else SYNCHRONOUS
     run = _Replay(sched, entry.conformance_rules, reqs)
-    if loop.pipelined:
+    if loop.name == OVERLAP.name:
+        yield from run.overlap_steps(max_steps)
+    elif loop.pipelined:
         yield from run.batch_queue_steps(loop.batch_queue_size, max_steps)
     else:
         yield from run.synchronous_steps(max_steps)
@@ -212,6 +215,28 @@ class _Replay:
                 commit = must_commit(len(queue), size, bool(plan.chunks), sched.has_unfinished())
             events = sched.update_from_output(*queue.pop()) if commit else None
             finished_unflushed = finished_unflushed or bool(events and events.finished)
+            yield self.step_record(step, plan, events, rejected)
+            step += 1
+
+    def overlap_steps(self, max_steps: int) -> Iterable[dict[str, Any]]:
+        """One step per iteration of SGLang's Scheduler.event_loop_overlap (engines/pipeline.py):
+        add the arrivals; plan batch k and launch it (its fake result is known at once);
+        process batch k-1's result when one was launched; an idle plan is committed then (it
+        carries only aborts). Runs until every request has ended."""
+        sched = self.sched
+        queue: deque[tuple[StepPlan, StepResult]] = deque()
+        step = 0
+        while (self.arrivals_left() or sched.has_unfinished() or queue) and step < max_steps:
+            rejected = self.admit(step)
+            plan = sched.schedule()
+            queue.appendleft((plan, self.fake_result(plan)))
+            executed = bool(plan.chunks or plan.has_swaps)
+            events: StepEvents | None = None
+            if must_commit_overlap(len(queue), executed):
+                events = sched.update_from_output(*queue.pop())
+                if queue and not executed:
+                    idle = sched.update_from_output(*queue.pop())
+                    events.finished.extend(idle.finished)
             yield self.step_record(step, plan, events, rejected)
             step += 1
 

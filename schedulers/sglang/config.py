@@ -32,6 +32,12 @@ class SglangSchedulerConfig(EvictionOptions):
     `random_seed`, upstream's `--random-seed`) are every scheduler's (schedulers/eviction.py);
     `victim_policy=default` keeps upstream's retraction order (`retraction_policy`), any other
     name replaces it.
+
+    `disable_overlap_schedule` (upstream's `--disable-overlap-schedule`): False runs
+    `Scheduler.event_loop_overlap` (the next batch planned while the previous one runs:
+    schedulers/sglang/overlap.py, the engine's overlap loop), True `event_loop_normal`.
+    Upstream's default is False (overlap); the project's default stays True (synchronous)
+    until the studies move to the pipelined loops.
     """
 
     max_total_tokens: int
@@ -47,6 +53,7 @@ class SglangSchedulerConfig(EvictionOptions):
     schedule_low_priority_values_first: bool = False
     priority_scheduling_preemption_threshold: int = 10
     retraction_policy: str = "length"
+    disable_overlap_schedule: bool = True
     context_length: int | None = None
     # environ.py constants (SGLANG_*), kept overridable for experiments
     init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -103,6 +110,13 @@ class SglangSchedulerConfig(EvictionOptions):
             raise bad("victim_policy", self.victim_policy,
                       f"replaces retraction_policy={self.retraction_policy!r}; set one of "
                       "them (victim_policy=default keeps retraction_policy)")
+        if not isinstance(self.disable_overlap_schedule, bool):
+            raise bad("disable_overlap_schedule", self.disable_overlap_schedule,
+                      "must be true or false")
+        if not self.disable_overlap_schedule and self.preemption_mode == "swap":
+            raise bad("disable_overlap_schedule", self.disable_overlap_schedule,
+                      "preemption_mode=swap runs only in the synchronous loop; set "
+                      "disable_overlap_schedule=true")
         if self.context_length is not None:
             need_int("context_length", self.context_length, 2)
         if not self.init_new_token_ratio > 0:

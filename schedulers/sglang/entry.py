@@ -3,7 +3,8 @@ what it may ask of it, and how its conformance cases replay SGLang's components.
 
 from __future__ import annotations
 
-from schedulers.registry import SchedulerEntry, register
+from schedulers.registry import LoopChoice, SchedulerEntry, register
+from schedulers.sglang.build import build_scheduler
 from schedulers.sglang.config import SglangSchedulerConfig
 from schedulers.sglang.conformance import sglang_scheduler_from_conformance
 from schedulers.sglang.invariants import check_sglang_invariants
@@ -20,7 +21,7 @@ def _request_limit(scheduler: SglangScheduler) -> int:
 
 
 ENTRY = register(SchedulerEntry(
-    name="sglang", config_cls=SglangSchedulerConfig, build=SglangScheduler,
+    name="sglang", config_cls=SglangSchedulerConfig, build=build_scheduler,
     capacity_field="max_total_tokens", context_field="context_length",
     context_length=_context_length, request_limit=_request_limit,
     evicts=True, swaps=True, page_field="page_size", self_check=True,
@@ -29,4 +30,7 @@ ENTRY = register(SchedulerEntry(
     conformance=sglang_scheduler_from_conformance,
     # unset: sized by the GPU's memory as SGLang's launcher sizes it (handle_gpu_memory_settings)
     device_fields=DEVICE_FIELDS, device_defaults=device_defaults,
+    # upstream's event_loop_normal, or its event_loop_overlap (a plain SGLang server)
+    loops=(LoopChoice("synchronous", (("disable_overlap_schedule", True),)),
+           LoopChoice("overlap", (("disable_overlap_schedule", False),))),
 ))

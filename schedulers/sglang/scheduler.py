@@ -23,8 +23,10 @@ from __future__ import annotations
 import random
 
 from schedulers.contract import (
+    SYNCHRONOUS,
     DecodeRun,
     DecodeRunStats,
+    EngineLoop,
     Request,
     ScheduledChunk,
     SchedulerStats,
@@ -51,6 +53,10 @@ class SglangScheduler:
 
     def __init__(self, config: SglangSchedulerConfig) -> None:
         self.config = config
+        # The loop that drives it (schedulers.contract.LoopDeclaringScheduler); the overlap
+        # loop's scheduler is schedulers/sglang/overlap.py.
+        self.engine_loop: EngineLoop = SYNCHRONOUS
+        self.enable_overlap = False  # mirrors Scheduler.enable_overlap
         self.page_size = config.page_size
         self.max_running_requests = config.resolved_max_running_requests
         self.chunked_prefill_size = config.resolved_chunked_prefill_size
@@ -163,14 +169,19 @@ class SglangScheduler:
                 assert r.extend_end is not None and r.req_pool_idx is not None
                 chunks.append(ScheduledChunk(
                     r.rid, r.fill_ids[r.prefix_len:r.extend_end], r.prefix_len,
-                    rows[r.req_pool_idx], r.inflight_middle_chunks == 0, r.admitted))
+                    # the last chunk samples (overlap: an earlier chunk may be in flight)
+                    rows[r.req_pool_idx], r is not batch.chunked_req, r.admitted))
                 r.admitted = False
         else:
             for r in batch.reqs:
                 chunks.append(ScheduledChunk(
-                    r.rid, [r.output_ids[-1]], r.kv_committed_len - 1,
+                    r.rid, [self._decode_input_token(r)], r.kv_committed_len - 1,
                     rows[r.req_pool_idx], True))  # type: ignore[index]
         return plan
+
+    def _decode_input_token(self, req: Req) -> int:
+        """The token a decode step computes: the request's last output."""
+        return req.output_ids[-1]
 
     def is_fully_idle(self) -> bool:
         # mirrors scheduler.py: Scheduler.is_fully_idle
@@ -282,14 +293,19 @@ class SglangScheduler:
         return new_batch
 
     def update_running_batch(self, batch: ScheduleBatch) -> ScheduleBatch | None:
-        # mirrors scheduler.py: Scheduler.update_running_batch (non-overlap: nothing finishes
-        # in flight)
+        # mirrors scheduler.py: Scheduler.update_running_batch (None skips decode this step)
         initial_bs = batch.batch_size()
-        batch.filter_batch()
+        finishing_reqs = self._reqs_finishing_inflight(batch)
+        batch.filter_batch(reqs_to_exclude=finishing_reqs)
         if batch.is_empty():
             batch.batch_is_full = False
             return batch
-        if not batch.check_decode_mem():
+        kv_full_retract_flag = not batch.check_decode_mem()
+        if kv_full_retract_flag and finishing_reqs:
+            # the queued result frees the finishing requests' KV: decode the rest next step
+            batch.batch_is_full = False
+            return None
+        if kv_full_retract_flag:
             retracted, new_token_ratio, reqs_to_abort = batch.retract_decode(
                 self.new_token_ratio_tracker, self.config.retraction_policy,
                 self.config.schedule_low_priority_values_first, self.config.victim_policy,
@@ -310,6 +326,10 @@ class SglangScheduler:
             return batch
         batch.prepare_for_decode()
         return batch
+
+    def _reqs_finishing_inflight(self, batch: ScheduleBatch) -> list[Req]:
+        """None outside the overlap loop (upstream: enable_skip_finishing_decode is off)."""
+        return []
 
     def _abort_stalled_heads(self) -> ScheduleBatch | None:
         """Nothing runs and the queue head got NO_TOKEN: it cannot fit even in an empty pool,
@@ -346,8 +366,7 @@ class SglangScheduler:
         events = StepEvents()
         if self.host_pool is not None:
             self.host_pool.commit()
-        batch = self._cur_batch
-        self._cur_batch = None
+        batch = self._batch_for_result(plan)
         if batch is None:
             return events
         sampled = result.sampled_token_ids
@@ -365,13 +384,21 @@ class SglangScheduler:
                         kv.checkpoint_kv_cache(req)
             else:
                 for req in batch.reqs:
-                    if req.finished_reason is None:
+                    # overlap: a request finished or retracted in flight gets no token
+                    if req.finished_reason is None and not (self.enable_overlap
+                                                            and req.is_retracted):
                         self._commit_token(req, sampled, events)
         finally:
             self.allocator.free_group_end()
         if events.finished:
             self.decode_runs.steady = False
         return events
+
+    def _batch_for_result(self, plan: StepPlan) -> ScheduleBatch | None:
+        """The batch whose result `plan`'s result is: the one just scheduled."""
+        batch = self._cur_batch
+        self._cur_batch = None
+        return batch
 
     def _commit_token(self, req: Req, sampled: dict[str, int], events: StepEvents) -> bool:
         """Append the request's sampled token; on a finish release its KV (checkpointed into

@@ -350,13 +350,15 @@ def generate() -> str:
                 out.write(f"Same keys as `{group}={seen[schema]}`; its values:\n\n")
             seen.setdefault(schema, option)
             rows = list(_rows(schema, node, CONF_DIR / group / f"{option}.yaml", "", group))
-            base = _base_option(group, option)
-            if base is not None:  # a variant: only what it changes
-                of_base = {r[0]: r for r in _rows(schema, _compose([f"{group}={base}"])[group],
-                                                  CONF_DIR / group / f"{base}.yaml", "", group)}
-                rows = [(k, t, d, m or of_base[k][3]) for k, t, d, m in rows
-                        if k not in of_base or of_base[k][2] != d]
-                out.write(f"`{group}={base}` with these values (every other key as there):\n\n")
+            parent = _base_option(group, option)
+            if parent is not None:  # a variant: only what it changes
+                of_parent = {r[0]: r for r in _rows(
+                    schema, _compose([f"{group}={parent}"])[group],
+                    CONF_DIR / group / f"{parent}.yaml", "", group)}
+                rows = [(k, t, d, m or of_parent[k][3]) for k, t, d, m in rows
+                        if k not in of_parent or of_parent[k][2] != d]
+                out.write(f"`{group}={parent}` with these values (every other key as "
+                          "there):\n\n")
             out.write(_table(rows, f"{group}."))
     out.write("\n## `experiment`: presets (`conf/experiment/`, `experiment=NAME`)\n\n")
     for option in _options("experiment"):

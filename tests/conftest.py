@@ -9,6 +9,7 @@ Hypothesis tests cannot take fixtures per example: they import the plain functio
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +35,16 @@ TINY_HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9,
 # The test-only scheduler joins through the registry alone (no YAML, no code in experiments/).
 if registry.find(FCFS_DOUBLE_ENTRY.name) is None:
     registry.register(FCFS_DOUBLE_ENTRY)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `slow` run only with SCHEDBENCH_SLOW=1 (pyproject.toml's marker)."""
+    if os.environ.get("SCHEDBENCH_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: set SCHEDBENCH_SLOW=1 to run it")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
 
 
 def tiny_sim(step_overhead_s: float = 0.001) -> SimExecutor:

@@ -1,4 +1,5 @@
-"""Figures: binning on simulated time (idle shows as idle), names, colours and labels."""
+"""Figures: binning on simulated time (idle shows as idle), names, colours and labels; the
+time axis named after the clock the run used."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from experiments.report import figures
 from experiments.report.figures import (
     SCHEDULER_COLORS,
     JobSeries,
     Metric,
     figure_stem,
+    job_clock,
+    kv_use_over_time,
     latency_cdfs,
     metric_vs_load,
     param_label,
@@ -93,3 +97,41 @@ def test_a_long_step_keeps_the_bins_it_runs_through_busy() -> None:
     assert b.idle.tolist() == [False] * 5 + [True] * 3 + [False]
     assert b.mean["kv_used_tokens"][:5].tolist() == [100.0] * 5
     assert b.busy_share[:5].tolist() == pytest.approx([1.0] * 5)
+
+
+def kv_figure_words(jobs: list[JobSeries], path: Path, monkeypatch: pytest.MonkeyPatch
+                    ) -> tuple[set[str], str]:
+    """The x-axis labels and the title of `kv_use_over_time`'s figure of `jobs`."""
+    seen: list[tuple[set[str], str]] = []
+    save = figures._save
+
+    def capture(fig: object, target: Path, pdf: bool = True) -> Path:
+        seen.append(({ax.get_xlabel() for ax in fig.axes},  # type: ignore[attr-defined]
+                     fig.get_suptitle()))  # type: ignore[attr-defined]
+        return save(fig, target, pdf)
+
+    monkeypatch.setattr(figures, "_save", capture)
+    kv_use_over_time(jobs, path, pdf=False)
+    return seen[0]
+
+
+def test_kv_use_over_time_names_the_clock_the_run_used(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 25: a real run's figure said "simulated time" on its axis
+    steps = steps_table([0.0, 1.0], [1.0, 1.0], [10, 20])
+    real_summary = {"executor": "real", "clock": "cpu", "scheduler": "vllm"}
+
+    def job(sched: str, clock: str) -> JobSeries:
+        return JobSeries(sched, "", np.array([0.1]), np.array([1.0]), bin_steps(steps, 4), 100,
+                         clock=clock)
+
+    axes, title = kv_figure_words([job("vllm", job_clock(real_summary)),
+                                   job("sglang", "cpu")], tmp_path / "real.png", monkeypatch)
+    assert axes == {"measured CPU time (s)"} and title == "KV pool use over measured CPU time"
+    axes, _ = kv_figure_words([job("vllm", "wall")], tmp_path / "wall.png", monkeypatch)
+    assert axes == {"measured wall-clock time (s)"}
+    axes, title = kv_figure_words([job("vllm", "simulated")], tmp_path / "sim.png", monkeypatch)
+    assert axes == {"simulated time (s)"} and "simulated" in title
+    # summaries written before `clock`: the executor tells simulated from measured
+    assert job_clock({"executor": "real"}) == "measured"
+    assert job_clock({"executor": "sim"}) == job_clock({}) == "simulated"

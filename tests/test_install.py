@@ -1,4 +1,5 @@
-"""Installed commands: the console scripts of pyproject.toml, and a clear refusal without conf/."""
+"""Installed commands: the console scripts of pyproject.toml, and a clear refusal without conf/
+(tests/test_console_scripts.py runs them as subprocesses, from a clone and from elsewhere)."""
 
 from __future__ import annotations
 

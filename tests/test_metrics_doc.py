@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from experiments.run.config import register_configs
+from experiments.run.host_load import load_fields, sample_host_load
 from experiments.run.main import run_experiment
 from experiments.run.wandb_log import HISTORY, HISTORY_PREFIX, summary_key
 
@@ -49,7 +50,9 @@ def test_every_summary_key_is_defined_in_the_section_of_its_wandb_group(tmp_path
                                                                          ) -> None:
     summary = job_summary(tmp_path)
     doc = documented()
-    keys = [*summary, "error"]  # `error`: a failed job's
+    # `error`: a failed job's; the host's load: a real run's (experiments/run/host_load.py)
+    sample = sample_host_load()
+    keys = [*summary, "error", *load_fields(sample, sample)]
     missing = sorted(k for k in keys if k not in doc)
     assert not missing, f"not defined in docs/METRICS.md: {missing}"
     misplaced = {k: (doc[k], summary_key(k).split("/")[0] + "/") for k in keys

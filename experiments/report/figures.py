@@ -14,8 +14,10 @@ Figures:
 - `latency_cdfs`: TTFT and end-to-end latency CDFs, schedulers overlaid on one log-x axis;
 - `metric_vs_load`: sweep metrics (e.g. evictions per 1,000 requests) against a parameter;
 - `victims_vs_others`: victims' and the other requests' median / p99 E2E latency;
-- `kv_use_over_time`: KV pool use binned on simulated time (mean and max per bin; bins in
-  which no step ran are idle, shaded, not bridged), a panel per scheduler.
+- `kv_use_over_time`: KV pool use binned on the run's time (mean and max per bin; bins in
+  which no step ran are idle, shaded, not bridged), a panel per scheduler; the time axis
+  names the clock the run used (`clock_words`): simulated, or the real executor's measured
+  wall-clock, CPU or GPU time.
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ class JobSeries:
     """One job's per-request latencies (s) and binned KV use, with how to draw it: `label`
     names what varies besides the scheduler and the panel ("" when nothing), `panel` the
     panel it belongs to ("" for one panel), `shade` its place in the load order (0 light,
-    1 dark)."""
+    1 dark), `clock` the clock its times are on (summary.json `clock`, `job_clock`)."""
 
     scheduler: str
     label: str
@@ -205,11 +207,12 @@ class JobSeries:
     kv_capacity_tokens: int
     panel: str = ""
     shade: float = 1.0
+    clock: str = "simulated"
 
     @classmethod
     def from_tables(cls, requests: Any, steps: Any, scheduler: str, label: str,
                     kv_capacity_tokens: int, panel: str = "", shade: float = 1.0,
-                    num_bins: int = 200) -> JobSeries:
+                    num_bins: int = 200, clock: str = "simulated") -> JobSeries:
         """From a job's record tables (`engines.records` schemas): completed requests only."""
         reason = np.asarray(requests.column("finish_reason").to_pylist(), dtype=object)
         done = (reason == "stop") | (reason == "length")
@@ -221,7 +224,7 @@ class JobSeries:
         bins = max(1, min(num_bins, steps.num_rows))  # no finer than the steps
         return cls(scheduler, label, col("first_token_time") - arrival,
                    col("finish_time") - arrival, bin_steps(steps, bins),
-                   kv_capacity_tokens, panel, shade)
+                   kv_capacity_tokens, panel, shade, clock)
 
     @property
     def color(self) -> tuple[float, float, float]:
@@ -233,6 +236,36 @@ class JobSeries:
         """The legend entry: scheduler, then what else varies."""
         sched = SCHEDULER_NAMES.get(self.scheduler, self.scheduler)
         return f"{sched}, {self.label}" if self.label else sched
+
+
+# summary.json `clock` -> the time it names (`clock_words`); `measured`: a real run's summary
+# written before the key existed.
+CLOCK_WORDS = {
+    "simulated": "simulated time",
+    "wall": "measured wall-clock time",
+    "cpu": "measured CPU time",
+    "cuda_events": "measured GPU time",
+    "measured": "measured time",
+}
+
+
+def job_clock(summary: dict[str, Any]) -> str:
+    """The clock a job's times are on: its summary's `clock`, else (a summary written
+    before the key) `simulated` for the sim executor and `measured` for the real one."""
+    clock = summary.get("clock")
+    if clock:
+        return str(clock)
+    return "measured" if summary.get("executor") == "real" else "simulated"
+
+
+def clock_words(clocks: Sequence[str]) -> str:
+    """The time a figure's axis is on, in words: `simulated time`, `measured CPU time`...;
+    jobs on different clocks: `simulated and measured time`."""
+    found = list(dict.fromkeys(clocks)) or ["simulated"]
+    if len(found) > 1:
+        return ("simulated and measured time" if "simulated" in found
+                else "measured time")
+    return CLOCK_WORDS.get(found[0], f"measured time ({found[0]})")
 
 
 def _panels(jobs: Sequence[JobSeries]) -> list[str]:
@@ -557,12 +590,13 @@ def _stairs(kv: Binned, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
                      shade_note: str = "", pdf: bool = True) -> Path:
-    """KV pool used (% of capacity) against simulated time, binned: a column of panels per
-    scheduler, a row per `panel`. With one job in a panel: the mean per bin (line), the max
-    per bin (band) and idle time (grey, no step ran); with several: the mean per job, shades
-    explained by `shade_note`."""
+    """KV pool used (% of capacity) against the jobs' time (simulated, or measured by a real
+    run: `clock_words`), binned: a column of panels per scheduler, a row per `panel`. With
+    one job in a panel: the mean per bin (line), the max per bin (band) and idle time (grey,
+    no step ran); with several: the mean per job, shades explained by `shade_note`."""
     panels = _panels(jobs)
     scheds = list(dict.fromkeys(j.scheduler for j in jobs)) or [""]
+    clocks = [j.clock for j in jobs]
     ncol = len(scheds)
     width = COLUMN_IN if ncol == 1 else PAGE_IN
     with style():
@@ -577,7 +611,7 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                 head = SCHEDULER_NAMES.get(sched, sched)
                 ax.set_title(f"{head}, {panel}" if panel else head)
                 ax.set_ylim(0, 105)
-                ax.set_xlabel("simulated time (s)")
+                ax.set_xlabel(f"{clock_words([j.clock for j in js] or clocks)} (s)")
                 if c == 0:
                     ax.set_ylabel("KV pool used (%)")
                 if not js:
@@ -609,7 +643,7 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
             handles = [Line2D([], [], color=shade("#404040", t),
                               label=lab.rpartition(": ")[2] or "job") for t, lab in labels]
             _fig_legend(fig, handles, heading or shade_note)
-        _suptitle(fig, title or "KV pool use over simulated time")
+        _suptitle(fig, title or f"KV pool use over {clock_words(clocks)}")
         return _save(fig, path, pdf)
 
 

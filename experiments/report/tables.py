@@ -684,7 +684,13 @@ def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
             ) -> tuple[list[Any], str]:
     """Each job's plotted series: a panel per value of `panel_key`, a shade per value of
     `x`; and the note that explains the shades."""
-    from experiments.report.figures import JobSeries, param_label, shades, value_label
+    from experiments.report.figures import (
+        JobSeries,
+        job_clock,
+        param_label,
+        shades,
+        value_label,
+    )
 
     tone = shades([j.overrides.get(x) for j in jobs]) if x else {}
     out = []
@@ -695,7 +701,8 @@ def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
         label = value_label(x, j.overrides.get(x, "-")) if x else ""
         out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
                                          int(j.summary.get("kv_capacity_tokens") or 1),
-                                         panel, tone.get(j.overrides.get(x or ""), 1.0)))
+                                         panel, tone.get(j.overrides.get(x or ""), 1.0),
+                                         clock=job_clock(j.summary)))
     note = ""
     if x and len(tone) > 1:
         lo, hi = min(tone, key=tone.__getitem__), max(tone, key=tone.__getitem__)
@@ -715,14 +722,14 @@ EVICTION_METRICS = (
 def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
                   out: Path, load_param: str | None = None, title: str = "") -> dict[str, Path]:
     """The sweep's four figures, from its completed (ok) jobs, named after what they plot
-    against what: the latency CDFs
-    (`latency_cdf_ttft_e2el`), evictions and recompute against the load parameter
-    (`evictions_vs_<x>`), victims' and others' E2E latency (`victim_e2el_vs_<x>`) and KV
-    pool use over simulated time (`kv_use_vs_time`: at the value of x where the sweep evicts
-    most, one line per job, so the band of maxima and the idle time stay readable); PNG and
-    PDF each."""
+    against what: the latency CDFs (`latency_cdf_ttft_e2el`), evictions and recompute
+    against the load parameter (`evictions_vs_<x>`), victims' and others' E2E latency
+    (`victim_e2el_vs_<x>`) and KV pool use over the jobs' time, simulated or measured by a
+    real run (`kv_use_vs_time`: at the value of x where the sweep evicts most, one line per
+    job, so the band of maxima and the idle time stay readable); PNG and PDF each."""
     from experiments.report.figures import (
         Metric,
+        clock_words,
         figure_stem,
         kv_use_over_time,
         latency_cdfs,
@@ -748,7 +755,7 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     at = value_label(x, busiest) if x and busiest is not None else ""
     kv_jobs = [j for j in js if j.label == at] if at else js
     where = ", ".join([at] * bool(at) + [value_label(k, v) for k, v in fixed.items()])
-    kv_title = "KV pool use over simulated time" + (
+    kv_title = f"KV pool use over {clock_words([j.clock for j in kv_jobs or js])}" + (
         f"\nat {where} (most evictions)" if where else "")
     cdf_title = "Latency per completed request (CDF)" + (
         "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())

@@ -299,6 +299,17 @@ def _default_options() -> dict[str, str]:
     return out
 
 
+def _base_option(group: str, option: str) -> str | None:
+    """The option of the same group that `option` builds on (its defaults list names it, as
+    conf/scheduler/sglang_optimistic.yaml names sglang), if any."""
+    import yaml
+
+    data = yaml.safe_load((CONF_DIR / group / f"{option}.yaml").read_text()) or {}
+    others = set(_options(group)) - {option}
+    return next((d for d in data.get("defaults", []) if isinstance(d, str) and d in others),
+                None)
+
+
 def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
@@ -343,6 +354,15 @@ def generate() -> str:
                 out.write(f"Same keys as `{group}={seen[schema]}`; its values:\n\n")
             seen.setdefault(schema, option)
             rows = list(_rows(schema, node, CONF_DIR / group / f"{option}.yaml", "", group))
+            parent = _base_option(group, option)
+            if parent is not None:  # a variant: only what it changes
+                of_parent = {r[0]: r for r in _rows(
+                    schema, _compose([f"{group}={parent}"])[group],
+                    CONF_DIR / group / f"{parent}.yaml", "", group)}
+                rows = [(k, t, d, m or of_parent[k][3]) for k, t, d, m in rows
+                        if k not in of_parent or of_parent[k][2] != d]
+                out.write(f"`{group}={parent}` with these values (every other key as "
+                          "there):\n\n")
             out.write(_table(rows, f"{group}."))
     out.write("\n## `experiment`: presets (`conf/experiment/`, `experiment=NAME`)\n\n")
     for option in _options("experiment"):

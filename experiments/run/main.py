@@ -90,6 +90,7 @@ from experiments.run.build import (
 )
 from experiments.run.caveats import run_warnings
 from experiments.run.config import explain_override_error, register_configs, to_container
+from experiments.run.host_load import load_fields, overload_warning, sample_host_load
 from experiments.run.orphan_guard import exit_with_parent
 from experiments.run.preflight import ConfigError, check_config, explain_scheduler_keys
 from experiments.run.progress import ProgressRecorder, progress_enabled
@@ -98,6 +99,7 @@ from experiments.run.provenance import (
     git_state,
     real_model_summary,
     sim_model_summary,
+    step_clock,
     workload_label,
     workload_summary,
 )
@@ -284,6 +286,10 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     spool = (temp_path(Path(out_dir) / REQUESTS_FILE), temp_path(Path(out_dir) / STEPS_FILE))
     recorder = (ProgressRecorder(desc=run_name or scheduler.name, spool=spool) if show
                 else Recorder(spool=spool))
+    load_start = sample_host_load() if real else None
+    if load_start is not None and load_start.overloaded:
+        log.warning("%s: %s", run_name or scheduler.name,
+                    overload_warning({"start": load_start}))
     try:
         t0 = time.perf_counter()
         try:
@@ -305,6 +311,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             # the loop that drove it (DESIGN.md, "Engine loops"): synchronous or batch_queue
             "engine_loop": engine.loop.name,
             "executor": str(cfg.executor.name),
+            "clock": step_clock(cfg.executor, executor),
             **cost_model_summary(cfg.executor),
             **step_time_source(executor),
             **(real_model_summary(executor, str(cfg.executor.model_path), checkpoint) if real
@@ -324,6 +331,12 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                                          kv_capacity_tokens=kv_capacity),
         }
         summary["warnings"] = run_warnings(summary)
+        if load_start is not None:
+            load_end = sample_host_load()
+            summary.update(load_fields(load_start, load_end))
+            overloaded = overload_warning({"start": load_start, "end": load_end})
+            if overloaded is not None:
+                summary["warnings"].append(overloaded)
         summary["overrides"] = list(overrides)
         summary["input_changes"] = capped.report()  # counted changes of the input
         cut = capped.warning()
@@ -366,11 +379,12 @@ def _log_wandb(cfg: DictConfig, logger: dict[str, Any], summary: dict[str, Any],
 def _job_figures(summary: dict[str, Any], requests: Any, steps: Any, out: Path
                  ) -> dict[str, Path]:
     """This job's latency CDFs and KV pool use over time (for its W&B run)."""
-    from experiments.report.figures import JobSeries, kv_use_over_time, latency_cdfs
+    from experiments.report.figures import JobSeries, job_clock, kv_use_over_time, latency_cdfs
 
     sched = str(summary["scheduler"])
     series = [JobSeries.from_tables(requests, steps, sched, "",
-                                    int(summary["kv_capacity_tokens"]))]
+                                    int(summary["kv_capacity_tokens"]),
+                                    clock=job_clock(summary))]
     return {"latency_cdf_ttft_e2el": latency_cdfs(series, out / "latency_cdf_ttft_e2el.png",
                                                   pdf=False),
             "kv_use_vs_time": kv_use_over_time(series, out / "kv_use_vs_time.png", pdf=False)}

@@ -88,6 +88,18 @@ def real_model_summary(executor: Any, model_path: str, config: Mapping[str, Any]
             "hardware": device_name(executor.model.device)}
 
 
+def step_clock(executor_cfg: Any, executor: Any) -> str:
+    """The clock the engine's time ran on (summary.json `clock`): `simulated` (the cost
+    model's predicted step times), else the real executor's measured step times: `cuda_events`
+    on a GPU, else its CPU timer (`executor.timer`: `wall` or `cpu`)."""
+    if str(executor_cfg.name) != "real":
+        return "simulated"
+    model = getattr(executor, "model", None)
+    if model is not None and getattr(model.device, "type", "") == "cuda":
+        return "cuda_events"
+    return str(executor_cfg.get("timer", "wall"))
+
+
 def sim_model_summary(model: Any, hardware: Any) -> dict[str, Any]:
     """summary.json's model and hardware fields for `executor=sim`: the model and hardware
     groups the cost model was given (nothing ran on a device)."""

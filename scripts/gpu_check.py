@@ -294,7 +294,7 @@ def run_parity_tests(out_dir: Path, cuda: bool) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARITY_TESTS]
     if not cuda:
         cmd.append("--collect-only")
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     (out_dir / "parity_tests.log").write_text(proc.stdout + proc.stderr)
     tail = [line for line in proc.stdout.splitlines() if line.strip()][-1:]
     return {"command": " ".join(cmd[1:]), "returncode": proc.returncode,

@@ -1,27 +1,47 @@
-"""GPU check of the real executor's kernels and of an 8B-shaped model's decode step.
+"""GPU check: the real executor's kernels, its parity tests, a measured profile, sim vs real.
 
-One script, for a session that has a GPU (it needs only torch, triton and numpy; flash-attn
-is used when installed). Sections, each independent (a failure is recorded, the rest runs):
+One command, for a session that has a GPU (under 8 minutes on one H200; it needs torch,
+triton, numpy, pandas and pytest; flash-attn is used when installed), everything written under
+one folder (`--out`). Sections, each independent (a failure is recorded, the rest runs; a
+section that starts after `--budget-s` is skipped and named):
 
 1. kernels: the Triton decode and extend kernels, and flash-attn's paged API when usable,
    against the reference (kernels.torch_ref) on random inputs: float32 / bfloat16 / float16,
    page sizes 1 and 16, small and Llama-3-8B-like head layouts (32 query heads, 8 KV heads,
    head_dim 128), mixed prefill + decode batches. Relative error = max |out - ref| / max |ref|.
-2. copy bandwidth: device-to-device `copy_` of a large buffer; bytes read + written / time.
-3. decode kernel bandwidth: the Triton paged decode kernel alone (one layer's KV of a batch),
+2. parity_tests: the kernel and real-executor parity tests (`PARITY_TESTS`: tests/test_kernels.py,
+   tests/test_real_executor.py: greedy tokens equal `transformers`' generate() through both
+   schedulers with the Triton kernel, compiled on the GPU) by pytest; log in
+   `parity_tests.log`.
+3. copy bandwidth: device-to-device `copy_` of a large buffer; bytes read + written / time.
+4. decode kernel bandwidth: the Triton paged decode kernel alone (one layer's KV of a batch),
    bytes of K and V read / time, against the copy bandwidth.
-4. model: a Llama-3-8B-shaped decoder with random bfloat16 weights, decode steps at batch 1,
+5. model: a Llama-3-8B-shaped decoder with random bfloat16 weights, decode steps at batch 1,
    32, 128 and 256 with 1k and 4k contexts, through `RealExecutor.execute` (host preparation
-   included, CUDA-event timed), for each usable kernel; the floor is (bytes of the weights a
-   decode step reads, i.e. all but the embedding table, plus the KV bytes read) / copy
-   bandwidth. When a batch's KV does not fit beside the weights, requests share
-   physical pages modulo the pool ("aliased": the same bytes are read, from HBM, since the
-   reuse distance is far beyond the L2 cache).
+   included, CUDA-event timed), for each usable kernel (triton, flash_attn); the floor is
+   (bytes of the weights a decode step reads, i.e. all but the embedding table, plus the KV
+   bytes read) / copy bandwidth. When a batch's KV does not fit beside the weights, requests
+   share physical pages modulo the pool ("aliased": the same bytes are read, from HBM, since
+   the reuse distance is far beyond the L2 cache).
+6. profile: the shapes a measured-profile cost model needs, through `RealExecutor.execute`
+   with the auto kernel: decode batch x context (`DECODE_GRID`) and prefill chunk x prior
+   context (`PREFILL_GRID`), round-robin, `--profile-reps` times each; `profile.csv` in the
+   columns `PROFILE_COLUMNS` (op, batch, context, chunk, prior, median_s, p10_s, p90_s, n;
+   decode rows: chunk 1, prior context - 1; prefill rows: batch 1, context prior + chunk),
+   and `profile.json` in scripts/profile_executor.py's format (the cost model fits it).
+7. sim_vs_real: a short vLLM run (synthetic workload, `SIM_VS_REAL`) on the real executor,
+   then on the simulator with the linear cost model fitted to section 6's profile
+   (`executor.cost_model=profile`): throughput, TTFT and E2E (median, p99), preemptions and
+   the median absolute error of the predicted step times; `sim_vs_real.csv`.
 
-Results go to stdout and, as JSON, to --out. `--smoke` runs every section at toy sizes (also on
-a CPU, with Triton interpreted) to check the script itself.
+Files under `--out`: results.json (every section), parity_tests.log, profile.csv,
+profile.json, sim_vs_real.csv. `--cpu` runs every section at toy sizes on the CPU (Triton
+interpreted) to check the script itself; what needs a GPU is skipped and named in
+results.json `skipped` (flash-attn, the parity tests' run: only collected, since the CPU
+suite runs them anyway).
 
-    python scripts/gpu_check.py --out $OUT/gpu_check.json
+    python scripts/gpu_check.py --out $OUT/gpu_check
+    python scripts/gpu_check.py --cpu --out /tmp/gpu_check_cpu
 """
 
 from __future__ import annotations
@@ -48,7 +68,7 @@ from engines.model import DecoderConfig, PagedDecoder, RopeConfig
 from kernels import build_metadata
 from kernels import flash_attn as fa
 from kernels.torch_ref import paged_attention_ref
-from schedulers.contract import ScheduledChunk, StepPlan
+from schedulers.contract import ScheduledChunk, StepPlan, StepResult
 
 LLAMA3_8B = DecoderConfig(
     architecture="LlamaForCausalLM", vocab_size=128256, hidden_size=4096,
@@ -140,7 +160,7 @@ def _kernel_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Any,
 
 def check_kernels(device: torch.device, smoke: bool) -> list[dict[str, Any]]:
     """Section 1: every usable kernel against the reference."""
-    layouts = [(4, 2, 16), (6, 2, 24)] if smoke else [(4, 2, 16), (32, 8, 128), (28, 4, 128)]
+    layouts = [(6, 2, 24)] if smoke else [(4, 2, 16), (32, 8, 128), (28, 4, 128)]
     mixed = ([1, 7, 20, 1], [9, 7, 50, 33]) if smoke else (
         [1, 300, 37, 1, 1, 129], [513, 300, 1100, 2048, 17, 4000])
     decode = ([1] * 4, [1, 33, 64, 90]) if smoke else ([1] * 8, [1, 16, 17, 255, 256, 1000,
@@ -162,7 +182,7 @@ def copy_bandwidth(device: torch.device, smoke: bool, timer: Timer) -> float:
     n = (1 << 22) if smoke else (1 << 31)  # bytes per buffer: 4 MiB / 2 GiB
     src = torch.empty(n, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    t = timer(lambda: dst.copy_(src), reps=10, warmup=3)
+    t = timer(lambda: dst.copy_(src), reps=2 if smoke else 10, warmup=1 if smoke else 3)
     return 2 * n / t
 
 
@@ -180,7 +200,8 @@ def decode_kernel_bandwidth(device: torch.device, smoke: bool, timer: Timer,
             q, k, v, tables = random_batch([1] * batch, [ctx] * batch, hq, hkv, d, page,
                                            torch.bfloat16, device)
             meta = build_metadata([1] * batch, [ctx] * batch, tables, page, device)
-            t = timer(partial(paged_decode, q, k, v, meta, d ** -0.5), reps=10)
+            t = timer(partial(paged_decode, q, k, v, meta, d ** -0.5), reps=1 if smoke else 10,
+                      warmup=1 if smoke else 2)
             nbytes = batch * ctx * 2 * hkv * d * 2
             rows.append({"page_size": page, "batch": batch, "context": ctx, "time_us": t * 1e6,
                          "kv_bytes": nbytes, "bandwidth_gb_s": nbytes / t / 1e9,
@@ -205,7 +226,7 @@ def model_decode(device: torch.device, smoke: bool, copy_bw: float,
     slot_bytes = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * (
         torch.finfo(dtype).bits // 8)
     batches = [1, 4] if smoke else [1, 32, 128, 256]
-    contexts = [64, 256] if smoke else [1024, 4096]
+    contexts = [64] if smoke else [1024, 4096]
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         # Leave room for activations, logits and the allocator (batch 256: ~2 GiB).
@@ -216,7 +237,8 @@ def model_decode(device: torch.device, smoke: bool, copy_bw: float,
     pool_pages = min(pool_pages, need_pages)
     rows = []
     for kernel in kernels:
-        ex = RealExecutor(model, kernel=kernel, num_slots=pool_pages * page)
+        # One pass per step (timer=wall): this section takes its own median over `reps`.
+        ex = RealExecutor(model, kernel=kernel, num_slots=pool_pages * page, timer="wall")
         for ctx in contexts:
             for batch in batches:
                 per = -(-ctx // page)
@@ -227,7 +249,7 @@ def model_decode(device: torch.device, smoke: bool, copy_bw: float,
                 row: dict[str, Any] = {"kernel": kernel, "batch": batch, "context": ctx,
                                        "aliased": aliased}
                 try:
-                    for _ in range(2):
+                    for _ in range(1 if smoke else 2):
                         ex.execute(plan)
                     times = [ex.execute(plan).duration_s for _ in range(reps)]
                     t = statistics.median(times)
@@ -243,6 +265,235 @@ def model_decode(device: torch.device, smoke: bool, copy_bw: float,
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ("kernels", "parity_tests", "copy", "decode_kernel", "model", "profile",
+            "sim_vs_real")
+PARITY_TESTS = ["tests/test_kernels.py", "tests/test_real_executor.py"]
+# The measured-profile shapes: (batch, context) decode steps and (chunk, prior) prefill steps.
+DECODE_GRID = ((1, 8, 32, 64, 128, 256), (256, 1024, 2048, 4096, 8192))
+PREFILL_GRID = ((64, 256, 512, 1024, 2048), (0, 1024, 4096))
+TOY_DECODE_GRID = ((1, 4), (32, 64))
+TOY_PREFILL_GRID = ((8, 24), (0, 16))
+PROFILE_COLUMNS = ("op", "batch", "context", "chunk", "prior", "median_s", "p10_s", "p90_s",
+                   "n")
+# The sim-vs-real run: vLLM, synthetic workload (requests, rate, mean prompt / output
+# lengths), KV pool in token slots.
+SIM_VS_REAL: dict[str, Any] = {"requests": 96, "rate": 16.0, "prompt": 768, "output": 96,
+                               "kv": 65536}
+TOY_SIM_VS_REAL: dict[str, Any] = {"requests": 10, "rate": 50.0, "prompt": 24, "output": 8,
+                                   "kv": 256}
+PAGE = 16
+
+
+def run_parity_tests(out_dir: Path, cuda: bool) -> dict[str, Any]:
+    """Section 2: pytest over PARITY_TESTS (on a CPU: collected only)."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARITY_TESTS]
+    if not cuda:
+        cmd.append("--collect-only")
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    (out_dir / "parity_tests.log").write_text(proc.stdout + proc.stderr)
+    tail = [line for line in proc.stdout.splitlines() if line.strip()][-1:]
+    return {"command": " ".join(cmd[1:]), "returncode": proc.returncode,
+            "collected_only": not cuda, "summary": tail[0] if tail else ""}
+
+
+def _shape_model(device: torch.device, cpu: bool) -> PagedDecoder:
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return PagedDecoder.random(TOY if cpu else LLAMA3_8B, dtype=dtype, device=device, seed=0)
+
+
+def _pool_pages(model: PagedDecoder, device: torch.device, need_pages: int) -> int:
+    """KV pages to allocate: what the grid needs, at most what fits beside the weights."""
+    cfg = model.config
+    slot_bytes = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * (
+        torch.finfo(model.dtype).bits // 8)
+    if device.type != "cuda":
+        return need_pages
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, min(need_pages, int((free - (8 << 30)) // (slot_bytes * PAGE))))
+
+
+def profile_plans(cpu: bool) -> list[tuple[dict[str, Any], list[tuple[int, int]]]]:
+    """The profile's shapes: (CSV key columns, chunks as (tokens, start position))."""
+    (batches, contexts), (chunks, priors) = ((TOY_DECODE_GRID, TOY_PREFILL_GRID) if cpu
+                                             else (DECODE_GRID, PREFILL_GRID))
+    shapes: list[tuple[dict[str, Any], list[tuple[int, int]]]] = []
+    for b in batches:
+        for c in contexts:
+            shapes.append(({"op": "decode", "batch": b, "context": c, "chunk": 1,
+                            "prior": c - 1}, [(1, c - 1)] * b))
+    for n in chunks:
+        for prior in priors:
+            shapes.append(({"op": "prefill", "batch": 1, "context": prior + n, "chunk": n,
+                            "prior": prior}, [(n, prior)]))
+    return shapes
+
+
+def measure_profile(device: torch.device, cpu: bool, reps: int, out_dir: Path
+                    ) -> dict[str, Any]:
+    """Section 6: the profile grid through the executor; profile.csv and profile.json."""
+    import numpy as np
+
+    from engines.cost_model import FEATURES, PROFILE_FORMAT, FittedCostModel, StepShape
+
+    model = _shape_model(device, cpu)
+    shapes = profile_plans(cpu)
+    need = max(sum(-(-(n + s) // PAGE) for n, s in spec) for _, spec in shapes)
+    pool = _pool_pages(model, device, need)
+    ex = RealExecutor(model, kernel="auto", num_slots=pool * PAGE)
+    plans = []
+    for i, (_, spec) in enumerate(shapes):
+        chunks, page = [], 0
+        for j, (n, start) in enumerate(spec):
+            per = -(-(n + start) // PAGE)
+            pages = [(page + k) % pool for k in range(per)]  # aliased when over the pool
+            page += per
+            chunks.append(ScheduledChunk(f"r{j}", [1] * n, start, pages, True))
+        plans.append(StepPlan(i, PAGE, chunks))
+    for plan in plans[:3]:
+        ex.execute(plan)  # warm-up (Triton compiles)
+    times: list[list[float]] = [[] for _ in plans]
+    for _ in range(reps):  # round-robin: a slow spell spreads over every shape
+        for i, plan in enumerate(plans):
+            times[i].append(ex.execute(plan).duration_s)
+    rows, measurements = [], []
+    for (keys, _), plan, t in zip(shapes, plans, times, strict=True):
+        arr = np.asarray(t)
+        rows.append({**keys, "median_s": float(np.median(arr)),
+                     "p10_s": float(np.percentile(arr, 10)),
+                     "p90_s": float(np.percentile(arr, 90)), "n": len(t)})
+        shape = StepShape.of(plan)
+        measurements.append({"kind": keys["op"], "num_tokens": shape.num_tokens,
+                             "attn_pairs": shape.attn_pairs,
+                             "kv_read_tokens": shape.kv_read_tokens,
+                             "num_seqs": shape.num_seqs, "seconds": float(np.median(arr))})
+    with (out_dir / "profile.csv").open("w") as f:
+        f.write(",".join(PROFILE_COLUMNS) + "\n")
+        for r in rows:
+            f.write(",".join(f"{r[c]:.6g}" if isinstance(r[c], float) else str(r[c])
+                             for c in PROFILE_COLUMNS) + "\n")
+    cfg = model.config
+    profile = {"format": PROFILE_FORMAT, "command": "python scripts/gpu_check.py",
+               "model": {"hidden_size": cfg.hidden_size, "num_hidden_layers":
+                         cfg.num_hidden_layers, "num_attention_heads": cfg.num_attention_heads,
+                         "num_key_value_heads": cfg.num_key_value_heads,
+                         "intermediate_size": cfg.intermediate_size,
+                         "vocab_size": cfg.vocab_size, "weights": "random"},
+               "hardware": {"device": str(device), "name": _device_name(device)},
+               "dtype": str(model.dtype).removeprefix("torch."), "kernel": ex.kernel,
+               "timer": ex.timer.name, "timer_repeats": ex.timer.repeats,
+               "page_size": PAGE, "features": list(FEATURES), "measurements": measurements}
+    fitted = FittedCostModel.fit([[1.0, m["num_tokens"], m["attn_pairs"], m["kv_read_tokens"],
+                                   m["num_seqs"]] for m in measurements],
+                                 [m["seconds"] for m in measurements])
+    profile["fit"] = {"coefficients": fitted.describe()}
+    (out_dir / "profile.json").write_text(json.dumps(profile, indent=1) + "\n")
+    del ex, model
+    return {"shapes": len(rows), "pool_pages": pool, "timer": profile["timer"],
+            "kernel": profile["kernel"], "rows": rows}
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def _run_stats(result: Any) -> dict[str, float]:
+    """Throughput, TTFT / E2E median and p99 (ms), preemptions of an engine run."""
+    import numpy as np
+
+    req = result.requests.to_pandas()
+    ttft = (req["first_token_time"] - req["arrival_time"]).to_numpy() * 1e3
+    e2e = (req["finish_time"] - req["arrival_time"]).to_numpy() * 1e3
+    span = float(req["finish_time"].max() - req["arrival_time"].min())
+    return {"request_throughput": len(req) / span,
+            "median_ttft_ms": float(np.median(ttft)), "p99_ttft_ms": float(np.percentile(ttft, 99)),
+            "median_e2el_ms": float(np.median(e2e)), "p99_e2el_ms": float(np.percentile(e2e, 99)),
+            "num_preemptions": float(req["num_preemptions"].sum())}
+
+
+class StepRecorder:
+    """Wraps the real executor; keeps each step's shape and measured seconds."""
+
+    def __init__(self, inner: RealExecutor) -> None:
+        self.inner = inner
+        self.steps: list[tuple[Any, float]] = []
+
+    def register(self, request: Any) -> None:
+        self.inner.register(request)
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        from engines.cost_model import StepShape
+
+        result = self.inner.execute(plan)
+        self.steps.append((StepShape.of(plan), result.duration_s))
+        return result
+
+
+def sim_vs_real(device: torch.device, cpu: bool, out_dir: Path) -> dict[str, Any]:
+    """Section 7: one vLLM run on the real executor and on the simulator fitted to
+    profile.json; sim_vs_real.csv."""
+    import numpy as np
+
+    from engines.cost_model import FittedCostModel
+    from engines.engine import Engine
+    from engines.executors.sim import SimExecutor
+    from engines.executors.specs import HardwareSpec, ModelSpec
+    from experiments.inputs.workloads import build_workload
+    from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
+
+    w = TOY_SIM_VS_REAL if cpu else SIM_VS_REAL
+    cfg = TOY if cpu else LLAMA3_8B
+
+    def requests() -> list[Any]:
+        return build_workload({
+            "name": "synthetic", "num_requests": w["requests"], "request_rate": w["rate"],
+            "prompt_len": {"dist": "lognormal", "mean": w["prompt"], "sigma": 0.5, "min": 8,
+                           "max": 4 * w["prompt"]},
+            "output_len": {"dist": "lognormal", "mean": w["output"], "sigma": 0.5, "min": 2,
+                           "max": 4 * w["output"]},
+            "mode": "fixed", "max_tokens": 4 * w["output"], "vocab_size": cfg.vocab_size}, 0)
+
+    def scheduler() -> VllmScheduler:
+        return VllmScheduler(VllmSchedulerConfig.from_capacity(
+            w["kv"], block_size=PAGE, max_num_batched_tokens=2048 if not cpu else 32,
+            max_num_seqs=256 if not cpu else 8, max_model_len=8 * w["prompt"]))
+
+    cost = FittedCostModel.from_profile(out_dir / "profile.json")
+    model = _shape_model(device, cpu)
+    real_ex = RealExecutor(model, kernel="auto", num_slots=(w["kv"] // PAGE + 1) * PAGE)
+    recording = StepRecorder(real_ex)
+    real = _run_stats(Engine(scheduler(), recording, requests()).run())
+    steps = recording.steps
+    del real_ex, recording, model
+    spec = ModelSpec(name="gpu_check", hidden_size=cfg.hidden_size,
+                     num_hidden_layers=cfg.num_hidden_layers,
+                     num_attention_heads=cfg.num_attention_heads,
+                     num_key_value_heads=cfg.num_key_value_heads,
+                     intermediate_size=cfg.intermediate_size, vocab_size=cfg.vocab_size,
+                     head_dim=cfg.head_dim)
+    hw = HardwareSpec(_device_name(device), peak_flops=1e15, memory_bandwidth=4.8e12,
+                      host_link_bandwidth=5e10)
+    sim = _run_stats(Engine(scheduler(), SimExecutor(spec, hw, cost_model=cost),
+                            requests()).run())
+    pred = np.array([cost.step_time(sh) for sh, _ in steps])
+    meas = np.array([t for _, t in steps])
+    rows = [{"statistic": k, "real": real[k], "sim": sim[k],
+             "sim_vs_real_pct": 100.0 * (sim[k] - real[k]) / real[k] if real[k] else
+             (0.0 if sim[k] == 0 else float("inf"))} for k in real]
+    rows.append({"statistic": "step_time_median_ape_pct", "real": float("nan"),
+                 "sim": float(np.median(np.abs(pred - meas) / meas) * 100.0),
+                 "sim_vs_real_pct": float("nan")})
+    with (out_dir / "sim_vs_real.csv").open("w") as f:
+        f.write("statistic,real,sim,sim_vs_real_pct\n")
+        for r in rows:
+            f.write(f"{r['statistic']},{r['real']:.6g},{r['sim']:.6g},"
+                    f"{r['sim_vs_real_pct']:.3g}\n")
+    return {"workload": w, "real_steps": len(steps), "rows": rows}
 
 
 def _section(results: dict[str, Any], name: str, fn: Callable[[], Any], deadline: float) -> Any:
@@ -290,48 +541,87 @@ def _print(results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, help="write the results as JSON here")
-    ap.add_argument("--smoke", action="store_true", help="toy sizes (runs on a CPU too)")
-    ap.add_argument("--budget-s", type=float, default=420.0,
+    ap.add_argument("--out", type=Path, required=True,
+                    help="the folder everything is written to (results.json, ...)")
+    ap.add_argument("--cpu", "--smoke", dest="cpu", action="store_true",
+                    help="toy sizes on the CPU; GPU-only parts skipped and named")
+    ap.add_argument("--budget-s", type=float, default=450.0,
                     help="skip the sections that start after this many seconds")
     ap.add_argument("--reps", type=int, default=5, help="measured decode steps per case")
-    ap.add_argument("--sections", default="kernels,copy,decode_kernel,model")
+    ap.add_argument("--profile-reps", type=int, default=7,
+                    help="measurements of each profile shape")
+    ap.add_argument("--sections", default=",".join(SECTIONS))
     args = ap.parse_args(argv)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda" and not args.smoke:
-        print("no GPU: run with --smoke to check the script on a CPU")
+    wanted = set(args.sections.split(","))
+    unknown = wanted - set(SECTIONS)
+    if unknown:
+        ap.error(f"--sections: unknown {', '.join(sorted(unknown))}; valid: "
+                 f"{', '.join(SECTIONS)}")
+    cuda = torch.cuda.is_available() and not args.cpu
+    if not cuda and not args.cpu:
+        print("no GPU: run with --cpu to check the script on a CPU")
         return 2
+    device = torch.device("cuda" if cuda else "cpu")
+    out_dir: Path = args.out
+    out_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.budget_s
     timer = Timer(device)
-    wanted = set(args.sections.split(","))
     results: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "flash_attn": fa.flavour(), "smoke": args.smoke}
+        "device": _device_name(device), "torch": torch.__version__,
+        "flash_attn": fa.flavour(), "cpu": args.cpu, "skipped": {}}
     try:
         import triton
         results["triton"] = triton.__version__
     except ImportError:
         results["triton"] = None
+    if not (cuda and fa.usable(16)):
+        results["skipped"]["flash_attn"] = ("needs a GPU and the flash-attn package" if cuda
+                                            else "GPU only: not run on a CPU")
     if "kernels" in wanted:
-        _section(results, "kernels", lambda: check_kernels(device, args.smoke), deadline)
+        _section(results, "kernels", lambda: check_kernels(device, args.cpu), deadline)
+    if "parity_tests" in wanted:
+        if not cuda:
+            results["skipped"]["parity_tests"] = (
+                "GPU only: collected, not run (the CPU test suite runs them)")
+        _section(results, "parity_tests", lambda: run_parity_tests(out_dir, cuda), deadline)
     copy_bw = 1e9
     if wanted & {"copy", "decode_kernel", "model"}:
         bw = _section(results, "copy_bandwidth_gb_s",
-                      lambda: copy_bandwidth(device, args.smoke, timer) / 1e9, deadline)
+                      lambda: copy_bandwidth(device, args.cpu, timer) / 1e9, deadline)
         copy_bw = (bw or 1.0) * 1e9
     if "decode_kernel" in wanted:
         _section(results, "decode_kernel",
-                 lambda: decode_kernel_bandwidth(device, args.smoke, timer, copy_bw), deadline)
+                 lambda: decode_kernel_bandwidth(device, args.cpu, timer, copy_bw), deadline)
     if "model" in wanted:
-        kernels = ["triton"] + (["flash_attn"] if device.type == "cuda" and fa.usable(16)
-                                else [])
+        kernels = ["triton"] + (["flash_attn"] if cuda and fa.usable(16) else [])
         _section(results, "model",
-                 lambda: model_decode(device, args.smoke, copy_bw, kernels, args.reps), deadline)
+                 lambda: model_decode(device, args.cpu, copy_bw, kernels, args.reps), deadline)
+    if "profile" in wanted:
+        _section(results, "profile",
+                 lambda: measure_profile(device, args.cpu, args.profile_reps, out_dir),
+                 deadline)
+    if "sim_vs_real" in wanted:
+        if not (out_dir / "profile.json").is_file():
+            results["skipped"]["sim_vs_real"] = "no profile.json (the profile section failed)"
+        else:
+            _section(results, "sim_vs_real", lambda: sim_vs_real(device, args.cpu, out_dir),
+                     deadline)
+    for name, why in results["skipped"].items():
+        print(f"skipped: {name}: {why}")
+    for name in SECTIONS:
+        got = results.get(name)
+        if isinstance(got, dict) and "skipped" in got:
+            print(f"skipped: {name}: {got['skipped']}")
     _print(results)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    return 0
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(f"wrote {out_dir}")
+    failed = [n for n, v in results.items() if isinstance(v, dict) and "error" in v]
+    parity = results.get("parity_tests")
+    if isinstance(parity, dict) and parity.get("returncode"):
+        failed.append("parity_tests")
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

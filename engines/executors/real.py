@@ -4,11 +4,17 @@ Per step: gather every chunk's tokens, positions and slots (slot = page_id * pag
 offset, from the chunk's `page_ids`), write the new tokens' keys and values to those slots
 layer by layer, attend over each request's whole sequence with the configured kernel, compute
 logits only for the last token of chunks with `sample` set, and take the argmax. The step's
-duration is measured: CUDA events on a GPU, `time.perf_counter` (monotonic) on a CPU, from
-the start of `execute` until the sampled tokens are on the host. On a CPU shared with other
-work, `timer="cpu"` measures the process's CPU time instead (`time.process_time`, meaningful
-with one torch thread): the compute the step needed, without the time spent waiting for a
-core, which on a busy machine inflates wall-clock steps unevenly.
+duration is measured from the start of the forward pass until the sampled tokens are on the
+host, by one of the timers (`TIMERS`, DESIGN.md "The real executor's step clock"):
+
+- `wall`: one measurement, `time.perf_counter` on a CPU, CUDA events on a GPU;
+- `cpu`: one measurement of the process's CPU time (`time.process_time`, meaningful with one
+  torch thread): without the time spent waiting for a core on a busy machine;
+- `min_of_k`: the forward pass run `timer_repeats` times over the same inputs, the step's time
+  the minimum of the k measurements (CPU time with one torch thread, wall time with more, CUDA
+  events on a GPU). Recomputing the same positions writes the same KV values and samples the
+  same tokens (checked: differing tokens are an error), so only the clock sees the repeats;
+- `auto` (the default): `min_of_k` on a CPU, `wall` on a GPU.
 
 The executor keeps no per-request state besides the KV cache: whatever the scheduler does
 (chunking, prefix hits, preemption and recompute), the plan says which slots hold what.
@@ -33,6 +39,8 @@ from schedulers.contract import Request, StepPlan, StepResult, SwapOp
 
 # Initial slots of a growable cache (CPU default, when no `num_slots` is given).
 _GROWABLE_START_SLOTS = 1024
+# Forward passes per step of timer=min_of_k unless configured (DESIGN.md: the step clock).
+DEFAULT_TIMER_REPEATS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +50,9 @@ class RealExecutorConfig:
     `kernel`: auto | torch | triton | flash_attn. `dtype`: None means float32 on a CPU and
     bfloat16 on a GPU. `device`: None means the GPU when there is one. `num_slots`: KV slots
     to allocate (at least the scheduler's pool: vLLM `num_blocks * block_size`, SGLang
-    `max_total_tokens`); None grows the cache on demand. `timer` (CPU only): wall
-    (`time.perf_counter`) or cpu (`time.process_time`, the process's CPU seconds; use with one
-    torch thread on a shared machine).
+    `max_total_tokens`); None grows the cache on demand. `timer`: auto | wall | cpu |
+    min_of_k (module docstring); `timer_repeats`: k, the forward passes per step of
+    `min_of_k` (at least 1).
     """
 
     model_path: str
@@ -52,10 +60,52 @@ class RealExecutorConfig:
     dtype: str | None = None
     device: str | None = None
     num_slots: int | None = None
-    timer: str = "wall"
+    timer: str = "auto"
+    timer_repeats: int = DEFAULT_TIMER_REPEATS
 
 
-TIMERS = ("wall", "cpu")
+TIMERS = ("auto", "wall", "cpu", "min_of_k")
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimer:
+    """How an executor times its steps, resolved for its device: `name` (wall | cpu |
+    min_of_k), `repeats` (forward passes per step: k for min_of_k, else 1) and `clock` (what
+    each pass reads: perf_counter | process_time | cuda_events)."""
+
+    name: str
+    repeats: int
+    clock: str
+
+
+def resolve_timer(timer: str, repeats: int, device: torch.device,
+                  num_threads: int | None = None) -> StepTimer:
+    """The timer `timer` with `repeats` passes means on `device` (`num_threads`: torch's
+    intra-op threads, default torch.get_num_threads()).
+
+    Raises ValueError naming `executor.timer` or `executor.timer_repeats` when either is not a
+    valid choice.
+    """
+    if timer not in TIMERS:
+        raise ValueError(f"real executor: executor.timer={timer!r}: valid: {', '.join(TIMERS)}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"real executor: executor.timer_repeats={repeats!r}: must be an "
+                         "integer >= 1 (the forward passes per step of timer=min_of_k)")
+    cuda = device.type == "cuda"
+    if timer == "auto":
+        timer = "wall" if cuda else "min_of_k"
+    if cuda:
+        clock = "cuda_events"
+    elif timer == "cpu":
+        clock = "process_time"
+    elif timer == "min_of_k":
+        # process_time sums every thread's CPU seconds (spin-waits included): with more than
+        # one torch thread it is no step time, the wall clock is.
+        threads = torch.get_num_threads() if num_threads is None else num_threads
+        clock = "process_time" if threads == 1 else "perf_counter"
+    else:
+        clock = "perf_counter"
+    return StepTimer(timer, repeats if timer == "min_of_k" else 1, clock)
 
 
 @dataclass(slots=True)
@@ -176,11 +226,12 @@ class RealExecutor:
     """Implements `engines.executors.base.Executor` with the paged decoder."""
 
     def __init__(self, model: PagedDecoder, kernel: str = "auto",
-                 num_slots: int | None = None, timer: str = "wall") -> None:
-        if timer not in TIMERS:
-            raise ValueError(f"real executor: timer={timer!r}: valid: {', '.join(TIMERS)}")
+                 num_slots: int | None = None, timer: str = "auto",
+                 timer_repeats: int = DEFAULT_TIMER_REPEATS) -> None:
+        self.timer = resolve_timer(timer, timer_repeats, model.device)
         self.model = model
-        self._clock = time.process_time if timer == "cpu" else time.perf_counter
+        self._clock = (time.process_time if self.timer.clock == "process_time"
+                       else time.perf_counter)
         self.kernel = kernel
         resolve_kernel(kernel, model.device)  # fail early on an unknown choice
         growable = num_slots is None
@@ -198,7 +249,8 @@ class RealExecutor:
         """Load the checkpoint of `cfg.model_path` and build the executor."""
         model = PagedDecoder.from_pretrained(Path(cfg.model_path), dtype=cfg.dtype,
                                              device=cfg.device)
-        executor = cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots, timer=cfg.timer)
+        executor = cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots, timer=cfg.timer,
+                       timer_repeats=cfg.timer_repeats)
         if has_tokenizer(cfg.model_path):
             executor.tokenizer_path = str(cfg.model_path)
         return executor
@@ -252,6 +304,23 @@ class RealExecutor:
                 sum(op.num_tokens for op in plan.swap_in) * per_token)
 
     def _forward(self, plan: StepPlan) -> StepResult:
+        """Compute the plan's chunks `timer.repeats` times; the step's time is the fastest
+        pass (one pass but for min_of_k). Every pass writes the same KV slots with the same
+        values, so the cache and the sampled tokens after k passes equal those after one."""
+        sample_ids, tokens, duration = self._timed_pass(plan)
+        for _ in range(self.timer.repeats - 1):
+            _, again, seconds = self._timed_pass(plan)
+            if again != tokens:
+                raise RuntimeError(
+                    f"real executor: step {plan.step}: a repeated forward pass sampled "
+                    f"{again} where the first sampled {tokens} (timer=min_of_k needs a "
+                    "deterministic kernel; use executor.timer=wall or cpu)")
+            duration = min(duration, seconds)
+        return StepResult(dict(zip(sample_ids, tokens, strict=True)), duration)
+
+    def _timed_pass(self, plan: StepPlan) -> tuple[list[str], list[int], float]:
+        """One forward pass over the plan, host preparation included: (the sampled requests,
+        their tokens, seconds)."""
         start_event = end_event = None
         if self._cuda:
             start_event = torch.cuda.Event(enable_timing=True)
@@ -259,7 +328,7 @@ class RealExecutor:
             start_event.record()
         t0 = self._clock()
         inp = flatten_plan(plan)
-        self.kv_cache.ensure_slots(inp.max_slot + 1)
+        self.kv_cache.ensure_slots(inp.max_slot + 1)  # grows on the first pass only
         dev = self.model.device
         meta = build_metadata(inp.query_lens, inp.seq_lens, inp.page_tables, plan.page_size,
                               dev)
@@ -272,7 +341,5 @@ class RealExecutor:
         if start_event is not None and end_event is not None:
             end_event.record()
             end_event.synchronize()
-            duration = start_event.elapsed_time(end_event) / 1000.0
-        else:
-            duration = self._clock() - t0
-        return StepResult(dict(zip(inp.sample_ids, tokens, strict=True)), duration)
+            return inp.sample_ids, tokens, start_event.elapsed_time(end_event) / 1000.0
+        return inp.sample_ids, tokens, self._clock() - t0

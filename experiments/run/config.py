@@ -167,15 +167,18 @@ class RealExecutorSchema:
     """The real executor (engines/executors/real.py): a Hugging Face checkpoint folder run by
     our paged decoder. `kernel`: auto | torch | triton | flash_attn; `dtype` null: float32 on a
     CPU, bfloat16 on a GPU; `device` null: the GPU when there is one. `model_path` null: the
-    model group's `checkpoint` (e.g. model=smollm2_135m). `timer` on a CPU: wall or cpu (the
-    process's CPU time, with one torch thread: steady on a shared machine)."""
+    model group's `checkpoint` (e.g. model=smollm2_135m). `timer`: auto (min_of_k on a CPU,
+    wall on a GPU) | wall | cpu (the process's CPU time, one torch thread) | min_of_k (each
+    step's forward pass run `timer_repeats` times, the fastest kept: steady on a machine
+    shared with other work; DESIGN.md "The real executor's step clock")."""
 
     name: str = "real"
     model_path: str | None = None
     kernel: str = "auto"
     dtype: str | None = None
     device: str | None = None
-    timer: str = "wall"
+    timer: str = "auto"
+    timer_repeats: int = 3
 
 
 AdmissionSchema = mirror(AdmissionLimits, "AdmissionSchema", optional=(

@@ -3,7 +3,7 @@ real executor (its checkpoint, not the sim's model group), the workload's own na
 
     git_state()                          # {"git_commit": sha or None, "git_dirty": bool or None}
     checkpoint_config(cfg.executor)      # the checkpoint's config.json, or None
-    real_model_summary(executor, path)   # model, layers, hidden size, dtype, device
+    real_model_summary(executor, path)   # model, layers, hidden size, dtype, device, timer
     workload_summary(cfg, stream, None)  # the workload config's name, what it dropped
 """
 
@@ -77,7 +77,8 @@ def real_model_summary(executor: Any, model_path: str, config: Mapping[str, Any]
                        ) -> dict[str, Any]:
     """summary.json's model and hardware fields for `executor=real`: the checkpoint's name
     (its `_name_or_path`, else the folder), path, layers, hidden size, the dtype and device
-    it ran in, and the device's name as the hardware."""
+    it ran in, the device's name as the hardware, and the step timer as resolved for that
+    device (`timer`, `timer_repeats`, `timer_clock`)."""
     cfg = executor.model.config
     name = str((config or {}).get("_name_or_path") or "") or str(Path(model_path).resolve())
     return {"model": name, "model_path": str(model_path),
@@ -85,7 +86,9 @@ def real_model_summary(executor: Any, model_path: str, config: Mapping[str, Any]
             "hidden_size": int(cfg.hidden_size),
             "dtype": str(executor.model.dtype).removeprefix("torch."),
             "device": str(executor.model.device),
-            "hardware": device_name(executor.model.device)}
+            "hardware": device_name(executor.model.device),
+            "timer": executor.timer.name, "timer_repeats": executor.timer.repeats,
+            "timer_clock": executor.timer.clock}
 
 
 def step_clock(executor_cfg: Any, executor: Any) -> str:
@@ -106,7 +109,8 @@ def sim_model_summary(model: Any, hardware: Any) -> dict[str, Any]:
     return {"model": model.name, "model_path": None,
             "num_hidden_layers": int(model.num_hidden_layers),
             "hidden_size": int(model.hidden_size), "dtype": None, "device": None,
-            "hardware": hardware.name}
+            "hardware": hardware.name, "timer": None, "timer_repeats": None,
+            "timer_clock": None}
 
 
 def workload_label(cfg: DictConfig, label: str | None = None) -> str:

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""How much does each step timer move from step to step, and with the machine's load? (issue 29)
+
+Times the same steps of the real executor (a decode batch and a prefill chunk, SmolLM2-135M
+or a tiny random model) `--steps` times under each timer (`wall`, `cpu`, `min_of_k:k`), the
+timers interleaved step by step so that the machine's load falls on all of them alike, and
+prints per step shape and timer the median, min, max and spread ((max - min) / median) of the
+measured step times. `--load N` starts N processes spinning on a core meanwhile.
+
+    python scripts/step_timer_noise.py [--model-path models/smollm2-135m-instruct]
+        [--timers wall cpu min_of_k:3] [--steps 20] [--load 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from engines.executors.real import RealExecutor  # noqa: E402
+from engines.model import PagedDecoder  # noqa: E402
+from schedulers.contract import ScheduledChunk, StepPlan  # noqa: E402
+
+PAGE = 16
+
+
+def plans() -> dict[str, StepPlan]:
+    """The steps timed: 8 decodes at context 128, and one prefill chunk of 128 tokens."""
+    per = 128 // PAGE
+    decode = StepPlan(0, PAGE, [ScheduledChunk(f"d{b}", [5], 127,
+                                               list(range(b * per, (b + 1) * per)), True)
+                                for b in range(8)])
+    prefill = StepPlan(1, PAGE, [ScheduledChunk("p", list(range(3, 131)), 0,
+                                                list(range(8 * per, 9 * per)), True)])
+    return {"decode 8 x ctx 128": decode, "prefill 128": prefill}
+
+
+def spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model-path", default=None,
+                    help="a checkpoint folder (default: a tiny random Llama)")
+    ap.add_argument("--timers", nargs="+", default=["wall", "cpu", "min_of_k:3"])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--load", type=int, default=0, help="processes spinning on a core")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model_path
+        if path is None:
+            from engines.model.tiny import save_tiny_checkpoint
+
+            path = str(save_tiny_checkpoint(Path(tmp) / "tiny"))
+        model = PagedDecoder.from_pretrained(Path(path), dtype="float32", device="cpu")
+    executors = {}
+    for t in args.timers:
+        name, _, k = t.partition(":")
+        executors[t] = RealExecutor(model, kernel="torch", num_slots=4096, timer=name,
+                                    timer_repeats=int(k) if k else 3)
+    hogs = [mp.Process(target=spin, args=(3600.0,), daemon=True) for _ in range(args.load)]
+    for h in hogs:
+        h.start()
+    try:
+        times: dict[tuple[str, str], list[float]] = {}
+        for shape, plan in plans().items():
+            for ex in executors.values():
+                ex.execute(plan)  # warm-up
+            for _ in range(args.steps):
+                for t, ex in executors.items():
+                    times.setdefault((shape, t), []).append(ex.execute(plan).duration_s)
+    finally:
+        for h in hogs:
+            h.terminate()
+    print(f"{args.steps} steps each, {args.load} spinning process(es), load average "
+          f"{os.getloadavg()[0]:.1f} at the end")
+    print("| step | timer | median (ms) | min | max | spread |")
+    print("|---|---|---|---|---|---|")
+    for (shape, t), xs in times.items():
+        med = statistics.median(xs)
+        print(f"| {shape} | {t} | {med * 1e3:.2f} | {min(xs) * 1e3:.2f} | "
+              f"{max(xs) * 1e3:.2f} | {100 * (max(xs) - min(xs)) / med:.1f} % |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -479,9 +479,9 @@ class Recorder:
         its tokens, finishes and aborts, and its step row."""
         rows = self._rows
         if launched.recomputed is not None:
-            for held in launched.recomputed:
-                if held.phase == RECOMPUTE:  # not evicted again meanwhile
-                    held.enter(held.served_phase(), end)
+            for done in launched.recomputed:
+                if done.phase == RECOMPUTE:  # not evicted again meanwhile
+                    done.enter(done.served_phase(), end)
         if events.new_token_ids:
             for rid, toks in events.new_token_ids.items():
                 k = len(toks)

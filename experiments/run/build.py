@@ -129,7 +129,8 @@ def effective_context_length(scheduler: Scheduler, ctx: ContextLength) -> int | 
 
 
 def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
-                    kv_capacity_tokens: int, max_model_len: int | None = None) -> Scheduler:
+                    kv_capacity_tokens: int, max_model_len: int | None = None,
+                    random_seed: int = 0) -> Scheduler:
     """The scheduler named by `cfg_scheduler.name` (its registry entry), holding
     `kv_capacity_tokens` KV slots.
 
@@ -138,8 +139,12 @@ def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
     `kv_capacity_tokens` through the config's `from_capacity`. `max_model_len`, when given,
     sets the entry's context field (vllm `max_model_len`, sglang `context_length`), so that a
     comparison can give both the same; a `target` factory gets it as `max_model_len=`.
+    A null `random_seed` (the schema's default) becomes `random_seed` (the run's seed of
+    its realisation: `experiments.run.main.run_experiment`).
     """
     fields = as_dict(cfg_scheduler)
+    if "random_seed" in fields and fields["random_seed"] is None:
+        fields["random_seed"] = int(random_seed)
     name = fields.pop("name", None)
     target = fields.pop("target", None)
     if target:

@@ -48,7 +48,8 @@ from engines.executors.base import DetokenizingExecutor, Executor
 from engines.records import Recorder
 from experiments.inputs.input_changes import ContextCapCounter, context_limit
 from experiments.inputs.input_files import input_fingerprints
-from experiments.inputs.workloads import stream_workload
+from experiments.inputs.workloads import stream_workload, workload_seed
+from experiments.inputs.workloads.realization import check_realization, realization_seed
 from experiments.paths import PROJECT_ROOT
 from experiments.results.arrow_pandas import defer_pandas_import
 from experiments.results.job_folder import (
@@ -180,6 +181,16 @@ def validate_run_config(cfg: DictConfig) -> None:
                          f"{', '.join(sorted(f.name for f in dataclasses.fields(RunConfig)))}")
 
 
+def _random_seed_summary(cfg_scheduler: Any, derived: int) -> dict[str, int]:
+    """`random_seed`: the seed the scheduler's random choices used (its own, or `derived`
+    when null); nothing for a scheduler without the option."""
+    fields = as_dict(cfg_scheduler)
+    if "random_seed" not in fields:
+        return {}
+    own = fields["random_seed"]
+    return {"random_seed": int(own) if own is not None else derived}
+
+
 def failed_summary(cfg: DictConfig, error: Exception, workload: str | None = None,
                    overrides: Iterable[str] = ()) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
@@ -242,7 +253,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     digest = config_hash(cfg)  # the inputs as they are read now
     seed = int(cfg.seed)
     kv_capacity = int(cfg.kv_capacity_tokens)
-    stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    workload_cfg = as_dict(cfg.workload)
+    realization = check_realization(workload_cfg.get("realization", 0))
+    stream = stream_workload(workload_cfg, seed)  # validates trace files first
     real = str(cfg.executor.name) == "real"
     # The real executor's tokens are read back from the requests: keep them (small runs).
     requests: Iterable[Request] = list(stream) if real else stream
@@ -251,7 +264,10 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     hardware = build_hardware(cfg.hardware)
     checkpoint = checkpoint_config(cfg.executor) if real else None
     ctx = job_context_length(cfg, model.max_position_embeddings, checkpoint)
-    scheduler = build_scheduler(cfg.scheduler, kv_capacity, ctx.value)
+    # the random victim policy's seed: scheduler.random_seed, or (null) the run's seed of
+    # this realisation, as the workload's
+    policy_seed = realization_seed(seed, realization)
+    scheduler = build_scheduler(cfg.scheduler, kv_capacity, ctx.value, policy_seed)
     # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
     executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity + scheduler.page_size)
@@ -290,6 +306,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                else sim_model_summary(model, hardware)),
             **workload_summary(cfg, stream, workload),
             "seed": seed,
+            "realization": realization,
+            "workload_seed": workload_seed(workload_cfg, seed),
+            **_random_seed_summary(cfg.scheduler, policy_seed),
             "kv_capacity_tokens": kv_capacity,
             "max_model_len": effective_context_length(scheduler, ctx),
             "max_model_len_source": ctx.source,

@@ -28,7 +28,7 @@ def test_realization_zero_is_the_seed_itself_and_others_differ() -> None:
     seeds = {realization_seed(7, k) for k in range(1, 6)}
     assert len(seeds) == 5 and 7 not in seeds
     assert realization_seed(7, 3) == realization_seed(7, 3)  # deterministic
-    with pytest.raises(ValueError, match="workload.realization=-1"):
+    with pytest.raises(ValueError, match=r"workload\.realization=-1"):
         realization_seed(7, -1)
 
 
@@ -53,7 +53,7 @@ def test_trace_realizations_are_disjoint_blocks_of_max_requests() -> None:
     assert [r.input_length for r in blocks[0]] == list(range(10, 18))
     assert [r.input_length for r in blocks[2]] == list(range(26, 34))
     assert blocks[2][0].arrival_s == 0.0  # each window starts at t=0
-    with pytest.raises(ValueError, match="realization=5.*records 40 to 47"):
+    with pytest.raises(ValueError, match=r"realization=5.*records 40 to 47"):
         select_records(RECORDS, ReplayOptions(max_requests=8, realization=5))
 
 

@@ -12,7 +12,8 @@ requests.parquet, at report time.
   `matched_victim_ratio`: the median of those ratios, over `matched_victims` victims.
 - **breakdown**: the means of the E2E parts (requests.parquet's `queued_s`, `evicted_s`,
   `recompute_s`, `prefill_s`, `decode_s`) over the job's completed victims, in ms.
-Only completed requests (finish reason stop or length) enter.
+Only completed requests (finish reason stop or length) enter; a job whose records lack the
+columns of `COLUMNS` is left out.
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ def fair_comparisons(jobs: Sequence[Any], params: Sequence[str]
     for j in jobs:
         if j.summary.get("status", "ok") != "ok":
             continue
-        df = frames[j.num] = completed(j.requests())
+        requests = j.requests()
+        if not set(COLUMNS) <= set(requests.column_names):
+            continue  # records without the columns the comparisons need
+        df = frames[j.num] = completed(requests)
         stats[j.num] = {"job": j.num, **job_stats(df), "paired_victim_e2el_ratio": math.nan,
                         "paired_victims": 0}
         lead = {p: j.overrides.get(p) for p in others}

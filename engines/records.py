@@ -86,6 +86,20 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
            "preemption happened", "at_pre"),
     Column("token_times", pa.list_(_F), "the time of every output token", "times"),
     Column("num_swaps", _I, "times its KV was swapped out to the host", "nswaps"),
+    # The E2E breakdown: every moment from arrival to finish in exactly one part, so the five
+    # sum to finish_time - arrival_time (tests/test_e2e_breakdown.py). Unfinished requests:
+    # the parts up to their last change of phase.
+    Column("queued_s", _F, "arrival to first scheduled (or to its end when never "
+           "scheduled)", "t_queued"),
+    Column("prefill_s", _F, "first scheduled to first token, less the time evicted or "
+           "recomputing (steps it waited between chunks included)", "t_prefill"),
+    Column("decode_s", _F, "first token to finish, less the time evicted or recomputing "
+           "(steps it was not scheduled included)", "t_decode"),
+    Column("evicted_s", _F, "from each eviction (the evicting step's start) to its "
+           "readmission (the start of the step that schedules it again)", "t_evicted"),
+    Column("recompute_s", _F, "from each readmission to the end of the step whose chunk "
+           "reaches the highest position it had computed (0 when the prefix cache or a "
+           "swap-in restored it all)", "t_recompute"),
 )
 
 STEP_COLUMNS: tuple[Column, ...] = (
@@ -207,12 +221,20 @@ def _column_array(values: list[object], typ: pa.DataType) -> pa.Array:
 
 
 class Launched(NamedTuple):
-    """What a launched plan's step row needs when it is committed (`Recorder.on_launch`)."""
+    """What a launched plan's step row needs when it is committed (`Recorder.on_launch`),
+    and the requests whose recomputation the plan completes (their recompute time ends at
+    its commit)."""
 
     prefill: int
     decode: int
     swap_out_tokens: int
     swap_in_tokens: int
+    recomputed: list[_Row] | None
+
+
+# A held request's phase (the E2E breakdown columns): which part the time since `since`
+# accrues to.
+QUEUED, PREFILL, DECODE, EVICTED, RECOMPUTE = 0, 1, 2, 3, 4
 
 
 class _Row:
@@ -235,10 +257,17 @@ class _Row:
         "nout",
         "npre",
         "nswaps",
+        "phase",
         "prompt_len",
         "reason",
         "recomputed",
         "rid",
+        "since",
+        "t_decode",
+        "t_evicted",
+        "t_prefill",
+        "t_queued",
+        "t_recompute",
         "times",
     )
 
@@ -265,10 +294,39 @@ class _Row:
         self.at_pre = array("q")
         self.times = array("d")
         self.nswaps = 0
+        self.phase = QUEUED
+        self.since = self.arrival  # when the current phase began
+        self.t_queued = 0.0
+        self.t_prefill = 0.0
+        self.t_decode = 0.0
+        self.t_evicted = 0.0
+        self.t_recompute = 0.0
 
     @property
     def victim(self) -> bool:
         return self.npre > 0
+
+    def enter(self, phase: int, now: float) -> None:
+        """Close the current phase at `now` (its time accrues to its part) and begin
+        `phase`."""
+        dt = now - self.since
+        ph = self.phase
+        if ph == DECODE:
+            self.t_decode += dt
+        elif ph == PREFILL:
+            self.t_prefill += dt
+        elif ph == EVICTED:
+            self.t_evicted += dt
+        elif ph == RECOMPUTE:
+            self.t_recompute += dt
+        else:
+            self.t_queued += dt
+        self.phase = phase
+        self.since = now
+
+    def served_phase(self) -> int:
+        """The phase of a request being served: decode once it has its first token."""
+        return PREFILL if self.first_token != self.first_token else DECODE
 
 
 # A held row's values in `REQUEST_SCHEMA` order.
@@ -348,6 +406,7 @@ class Recorder:
         row.reason = reason
         row.detail = detail
         row.finish = now
+        row.enter(row.phase, now)
         self._live.pop(row.i, None)
         self._ended.append(row)
 
@@ -372,18 +431,29 @@ class Recorder:
             for op in plan.swap_in:
                 swapped_in[op.request_id] = op.num_tokens
                 swap_in_tokens += op.num_tokens
+        recomputed: list[_Row] | None = None
         for rid in plan.preempted:
             row = rows[rid]
             row.npre += 1
             row.at_pre.append(row.cur)
             row.cur = 0
+            row.enter(EVICTED, start)
         for c in plan.chunks:
             row = rows[c.request_id]
             n = len(c.token_ids)
             s = c.start_pos
             e = s + n
-            if row.first_sched != row.first_sched:  # NaN: first time scheduled
-                row.first_sched = start
+            ph = row.phase
+            if ph != DECODE and ph != PREFILL:  # first scheduled, readmitted or recomputing
+                if ph == QUEUED:
+                    row.first_sched = start
+                    row.enter(PREFILL, start)
+                elif ph == EVICTED:
+                    row.enter(RECOMPUTE if s < row.high else row.served_phase(), start)
+                if row.phase == RECOMPUTE and e >= row.high:
+                    if recomputed is None:
+                        recomputed = []
+                    recomputed.append(row)
             if c.admitted:
                 row.hits.append(s - swapped_in.get(c.request_id, 0) if swapped_in else s)
             hi = row.high
@@ -400,7 +470,7 @@ class Recorder:
                 decode += 1
             else:
                 prefill += n
-        return Launched(prefill, decode, swap_out_tokens, swap_in_tokens)
+        return Launched(prefill, decode, swap_out_tokens, swap_in_tokens, recomputed)
 
     def on_commit(self, plan: StepPlan, result: StepResult, events: StepEvents,
                   launched: Launched, start: float, end: float, stats: SchedulerStats,
@@ -408,6 +478,10 @@ class Recorder:
         """The result of `plan` (launched at `start`, see `on_launch`) is committed at `end`:
         its tokens, finishes and aborts, and its step row."""
         rows = self._rows
+        if launched.recomputed is not None:
+            for done in launched.recomputed:
+                if done.phase == RECOMPUTE:  # not evicted again meanwhile
+                    done.enter(done.served_phase(), end)
         if events.new_token_ids:
             for rid, toks in events.new_token_ids.items():
                 k = len(toks)
@@ -415,6 +489,8 @@ class Recorder:
                     row = rows[rid]
                     if row.first_token != row.first_token:  # NaN: first token
                         row.first_token = end
+                        if row.phase == PREFILL:
+                            row.enter(DECODE, end)
                     row.nout += k
                     if k == 1:
                         row.times.append(end)
@@ -458,12 +534,16 @@ class Recorder:
             hi = row.high
             if s < hi:
                 row.recomputed += min(s + k, hi) - s
+                if row.phase == RECOMPUTE and s + k >= hi:  # ends with step hi - s - 1
+                    row.enter(row.served_phase(), ends[hi - s - 1])
             if s + k > hi:
                 row.high = s + k
             row.cur = s + k
             row.computed += k
             if row.first_token != row.first_token:  # NaN: first token
                 row.first_token = ends[0]
+                if row.phase == PREFILL:
+                    row.enter(DECODE, ends[0])
             row.nout += k
             row.times.extend(end_times)
         for rid, why in stats.finished:

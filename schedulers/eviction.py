@@ -35,7 +35,8 @@ class EvictionOptions:
     preemption_mode: str = "recompute"  # recompute (upstream) or swap (KV to a host pool)
     host_kv_capacity_tokens: int = 0  # swap: host slots, a multiple of the page size (0: recompute)
     victim_policy: str = "default"
-    random_seed: int = 0  # seeds victim_policy=random (and SGLang's schedule_policy=random)
+    # a run's config leaves it null: the run's seed of its realisation (experiments/run/main.py)
+    random_seed: int = 0  # seeds victim_policy=random, SGLang's schedule_policy=random (null: seed)
 
     def check_eviction_options(self, owner: str, page_size: int) -> None:
         """Raise ValueError naming `owner`, the field, its value and what is valid."""

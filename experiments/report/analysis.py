@@ -8,6 +8,9 @@
     res.steps      # every step of every job: job, scheduler, the swept parameters, then the
                    # columns of steps.parquet
 
+    aggregated(path)   # a row per config across its realisations: each metric's mean,
+                       # 95 % bootstrap CI (<m>_ci_lo, <m>_ci_hi) and victims (<m>_n)
+
 The files stay readable on their own: `pd.read_parquet("<sweep>/<job>/requests.parquet")`
 (column meanings: engines/records.py), `summary.json` beside them.
 """
@@ -23,7 +26,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from experiments.report.tables import Job, comparison_frame, load_sweep, varied_params
+from experiments.report.tables import (
+    Job,
+    aggregated_frame,
+    comparison_frame,
+    load_sweep,
+    varied_params,
+)
 from experiments.results.sinks import REQUESTS_FILE, STEPS_FILE
 
 
@@ -104,3 +113,11 @@ def load_requests(path: str | Path, list_columns: bool = False) -> pd.DataFrame:
 def load_steps(path: str | Path) -> pd.DataFrame:
     """Every step of a sweep or a job (see `load`)."""
     return load(path, requests=False).steps
+
+
+def aggregated(path: str | Path) -> pd.DataFrame:
+    """A sweep's configs across their realisations (`workload.realization`): one row per
+    config, each metric's mean over realisations with its percentile-bootstrap 95 % CI and,
+    for victim statistics, the victims it rests on (`experiments.report.realizations`)."""
+    jobs = load_sweep(Path(path))
+    return aggregated_frame(jobs, varied_params(jobs))

@@ -46,6 +46,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from experiments.report.realizations import (
+    CI_NOTE,
+    REALIZATION,
+    VICTIM_COUNTS,
+    aggregate,
+    ci_cell,
+    few_victims,
+)
 from experiments.report.report_set import (
     REPORT_MARKER,
     commit_report,
@@ -66,9 +74,44 @@ COMPARISON_METRICS: tuple[str, ...] = (
     "num_preemptions", "preemptions_per_1k_requests", "preempted_request_share",
     "max_restarts_per_request", "recomputed_tokens", "recomputed_token_share",
     "prefix_cache_hit_rate", "prefix_recovery_on_resume",
-    "median_e2el_victim_ms", "median_e2el_nonvictim_ms", "victim_e2el_median_ratio",
+    "num_victims", "median_e2el_victim_ms", "median_e2el_nonvictim_ms",
+    "victim_e2el_median_ratio",
     "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms", "mean_kv_utilization", "mean_batch_size",
     "num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_time_share",
+)
+# Victims compared fairly (experiments/report/victims.py), computed from the records when the
+# report is made and joined to comparison.csv by job.
+FAIR_METRICS: tuple[str, ...] = (
+    "paired_victim_e2el_ratio", "paired_victims", "matched_victim_ratio", "matched_victims",
+    "victim_queued_ms", "victim_evicted_ms", "victim_recompute_ms", "victim_prefill_ms",
+    "victim_decode_ms",
+)
+# The table across realisations (experiments/report/realizations.py): metric, label.
+AGGREGATED: tuple[tuple[str, str], ...] = (
+    ("offered_request_rate", "Offered request rate (req/s)"),
+    ("completed", "Completed (count)"),
+    ("request_throughput", "Request throughput (req/s)"),
+    ("output_throughput", "Output token throughput (tok/s)"),
+    ("slo_attainment", "SLO attainment (%)"),
+    ("median_ttft_ms", "Median TTFT (ms)"),
+    ("p99_ttft_ms", "P99 TTFT (ms)"),
+    ("median_tpot_ms", "Median TPOT (ms)"),
+    ("median_e2el_ms", "Median E2EL (ms)"),
+    ("p99_e2el_ms", "P99 E2EL (ms)"),
+    ("num_preemptions", "Evictions (count)"),
+    ("num_victims", "Victims (count)"),
+    ("preempted_request_share", "Requests evicted (%)"),
+    ("recomputed_token_share", "Prefill recomputed (%)"),
+    ("median_e2el_victim_ms", "Victims' median E2EL (ms)"),
+    ("median_e2el_nonvictim_ms", "Others' median E2EL (ms)"),
+    ("victim_e2el_median_ratio", "Victims' / others' median E2EL, raw (ratio)"),
+    ("matched_victim_ratio", "Victims' / length-matched others' E2EL per token (ratio)"),
+    ("paired_victim_e2el_ratio", "Victims' E2EL / same request's, other scheduler (ratio)"),
+    ("victim_queued_ms", "Victims' mean E2EL part: queued (ms)"),
+    ("victim_evicted_ms", "Victims' mean E2EL part: evicted (ms)"),
+    ("victim_recompute_ms", "Victims' mean E2EL part: recompute (ms)"),
+    ("victim_prefill_ms", "Victims' mean E2EL part: prefill (ms)"),
+    ("victim_decode_ms", "Victims' mean E2EL part: decode (ms)"),
 )
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (
@@ -102,6 +145,8 @@ EVICTION_NOTE = ("evicted: preempted (vLLM) or retracted (SGLang), KV freed and 
                  "sent back to wait; victims: requests evicted at least once; n/a: no data "
                  "(e.g. no victims)")
 # Metrics shown as percentages (their labels say %); the rest by unit, see `format_metric`.
+RATIO_METRICS = frozenset({"victim_e2el_median_ratio", "matched_victim_ratio",
+                           "paired_victim_e2el_ratio"})
 PERCENT_METRICS = frozenset({
     "preempted_request_share", "recomputed_token_share", "rejection_rate_503",
     "slo_attainment", "prefix_cache_hit_rate", "prefix_recovery_on_resume",
@@ -120,6 +165,8 @@ def format_metric(key: str, value: Any) -> str:
     x = float(value)
     if key in PERCENT_METRICS:
         return f"{100.0 * x:.2f}"
+    if key in RATIO_METRICS:
+        return f"{x:.3g}"
     if key.endswith("_ms"):
         return f"{x:,.1f}"
     if key == "output_throughput" or key.endswith("tokens_per_s"):
@@ -289,10 +336,18 @@ def side_by_side(jobs: Sequence[Job], params: Sequence[str] | None = None,
     rows = list(rows)
     if any(j.summary.get("status", "ok") != "ok" for j in jobs):
         rows[:0] = [("status", "Status"), ("error", "Error")]
-    data = {_label(j, params): [format_metric(k, j.summary.get(k, "ok" if k == "status"
-                                                             else None)) for k, _ in rows]
-            for j in jobs}
+    data = {_label(j, params): [_with_victims(k, j.summary, format_metric(
+        k, j.summary.get(k, "ok" if k == "status" else None))) for k, _ in rows] for j in jobs}
     return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
+
+
+def _with_victims(metric: str, summary: dict[str, Any], cell: str) -> str:
+    """A victim statistic's cell with the number of victims it rests on (`n=`), flagged
+    when they are few (`realizations.FEW_VICTIMS`)."""
+    n = summary.get(VICTIM_COUNTS.get(metric, ""))
+    if not isinstance(n, int) or isinstance(n, bool):
+        return cell
+    return f"{cell} n={n}" + ("*" if few_victims(n) else "")
 
 
 def _completed_ids(job: Job) -> frozenset[str] | None:
@@ -586,8 +641,53 @@ def terminal_summary(jobs: Sequence[Job], columns: Sequence[str] | None = None,
     warn = "".join(f"WARNING: {w}\n" for w in completion_warnings(jobs, params))
     setup = setup_line(jobs)
     metrics = list(columns or TERMINAL_PIVOT)
+    if REALIZATION in params:
+        table = aggregated_table(aggregated_frame(jobs, params), params)
+        return (warn + (setup + "\n" if setup else "") + text_table(table, width) + "\n"
+                + textwrap.fill(CI_NOTE + ". " + EVICTION_NOTE + ".", width=96))
     return (warn + (setup + "\n" if setup else "")
             + _terminal_table(jobs, params, metrics, width))
+
+
+def with_fair_columns(frame: pd.DataFrame, fair: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (one row per job) with the fair victim comparisons of each job
+    (`victims.fair_comparisons`), by job number."""
+    if fair.empty:
+        return frame
+    return frame.merge(fair, on="job", how="left")
+
+
+def aggregated_frame(jobs: Sequence[Job], params: Sequence[str],
+                     fair: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per config across its realisations (`realizations.aggregate`) with the
+    metrics of `AGGREGATED`."""
+    from experiments.report.victims import fair_comparisons
+
+    if fair is None:
+        fair = fair_comparisons(jobs, params)[0]
+    frame = with_fair_columns(comparison_frame(jobs, params), fair)
+    return aggregate(frame, params, [m for m, _ in AGGREGATED])
+
+
+def aggregated_table(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
+    """`AGGREGATED` as rows, one column per config: `mean [lo, hi]` (and `n=` victims)."""
+    keys = [p for p in params if p not in (REALIZATION, "scheduler")]
+    data: dict[str, list[str]] = {}
+    for _, row in agg.iterrows():
+        label = " ".join([str(row["scheduler"])] + [
+            f"{k.split('.')[-1]}={row[k]}" for k in keys]) + f" (x{row['n_realizations']})"
+        cells = []
+        for m, _ in AGGREGATED:
+            if m not in row:
+                cells.append("n/a")
+                continue
+            n = row.get(f"{m}_n")
+            cells.append(ci_cell(format_metric(m, row[m]),
+                                 format_metric(m, row.get(f"{m}_ci_lo")),
+                                 format_metric(m, row.get(f"{m}_ci_hi")),
+                                 None if n is None or pd.isna(n) else int(n)))
+        data[label] = cells
+    return pd.DataFrame(data, index=[label for _, label in AGGREGATED], dtype=object)
 
 
 def _terminal_table(jobs: Sequence[Job], params: Sequence[str], metrics: Sequence[str],
@@ -646,8 +746,8 @@ def _short(col: str) -> str:
 
 def pick_load_param(params: Sequence[str], frame: pd.DataFrame) -> str | None:
     """The varied numeric parameter that best reads as "load" (rate, scale, capacity)."""
-    numeric = [p for p in params if p != "scheduler" and pd.api.types.is_numeric_dtype(
-        frame[p])]
+    numeric = [p for p in params if p not in ("scheduler", REALIZATION)
+               and pd.api.types.is_numeric_dtype(frame[p])]
     for word in _LOAD_WORDS:
         for p in numeric:
             if word in p.split(".")[-1]:
@@ -740,6 +840,15 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     )
 
     done = frame[frame["status"] == "ok"]  # a failed job's missing numbers are no zeros
+    if REALIZATION in params and len(done):
+        # the figures draw one realisation (the first); the tables give every statistic
+        # across realisations with its CI
+        first = done[REALIZATION].min()
+        done = done[done[REALIZATION] == first]
+        params = [p for p in params if p != REALIZATION]
+        fixed_realization = f", realisation {first}"
+    else:
+        fixed_realization = ""
     jobs = [j for j, keep in zip(jobs, frame.index.isin(done.index), strict=True) if keep]
     frame = done.reset_index(drop=True)  # a row per job of `jobs`, in order
     x = load_param or pick_load_param(params, frame)
@@ -760,7 +869,9 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     cdf_title = "Latency per completed request (CDF)" + (
         "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
         + " (most evictions)" if fixed else "")
-    against = f" vs {param_label(x)}" if x else ""
+    against = (f" vs {param_label(x)}" if x else "") + fixed_realization
+    kv_title += fixed_realization
+    cdf_title += fixed_realization
     ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
     return {
         "latency_cdf_ttft_e2el": latency_cdfs(js, out / "latency_cdf_ttft_e2el.png",
@@ -832,8 +943,26 @@ def _write_report_files(jobs: Sequence[Job], sweep_dir: str | Path, out: Path, f
         head += "Varied: " + ", ".join(f"`{p}`" for p in params) + "\n\n"
     for warning in completion_warnings(jobs, params):
         head += f"> **Warning**: {warning}\n\n"
+    from experiments.report.victims import fair_comparisons
+
+    fair, paired, matched = fair_comparisons(jobs, params)
+    frame = with_fair_columns(frame, fair)
     paths: dict[str, Path] = {}
     paths["comparison.csv"] = write_text(frame.to_csv(index=False), out / "comparison.csv")
+    if not paired.empty:
+        paths["victims_paired.csv"] = write_text(paired.to_csv(index=False),
+                                                 out / "victims_paired.csv")
+    if not matched.empty:
+        paths["victims_matched.csv"] = write_text(matched.to_csv(index=False),
+                                                  out / "victims_matched.csv")
+    if REALIZATION in params:
+        agg = aggregated_frame(jobs, params, fair)
+        paths["aggregated.csv"] = write_text(agg.to_csv(index=False), out / "aggregated.csv")
+        table = aggregated_table(agg, params)
+        table.index.name = "metric"
+        paths["aggregated.md"] = write_text(
+            head + markdown(table, index=True) + "\n" + CI_NOTE + ". " + EVICTION_NOTE + ".\n",
+            out / "aggregated.md")
     paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")
     sbs = side_by_side(jobs, params)
     sbs.index.name = "metric"

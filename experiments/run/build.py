@@ -205,11 +205,15 @@ def scheduler_fields(entry: registry.SchedulerEntry, fields: Mapping[str, Any],
 
 def build_scheduler_with_settings(cfg_scheduler: Mapping[str, Any] | DictConfig,
                                   kv_capacity_tokens: int, max_model_len: int | None = None,
-                                  device: DeviceSpec | None = None
+                                  device: DeviceSpec | None = None, random_seed: int = 0
                                   ) -> tuple[Scheduler, dict[str, Setting]]:
     """`build_scheduler`, and the value and source of each device-sized limit it resolved
-    (empty for a `target` scheduler, which gets its fields as given)."""
+    (empty for a `target` scheduler, which gets its fields as given). A null
+    `scheduler.random_seed` (the schema's default) becomes `random_seed` (the run's seed of
+    its realisation: `experiments.run.main.run_experiment`)."""
     fields = as_dict(cfg_scheduler)
+    if "random_seed" in fields and fields["random_seed"] is None:
+        fields["random_seed"] = int(random_seed)
     name = fields.pop("name", None)
     target = fields.pop("target", None)
     if target:
@@ -229,7 +233,7 @@ def build_scheduler_with_settings(cfg_scheduler: Mapping[str, Any] | DictConfig,
 
 def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
                     kv_capacity_tokens: int, max_model_len: int | None = None,
-                    device: DeviceSpec | None = None) -> Scheduler:
+                    device: DeviceSpec | None = None, random_seed: int = 0) -> Scheduler:
     """The scheduler named by `cfg_scheduler.name` (its registry entry), holding
     `kv_capacity_tokens` KV slots.
 
@@ -238,10 +242,10 @@ def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
     `kv_capacity_tokens` through the config's `from_capacity`. `max_model_len` and the
     device-sized limits left unset (null) are resolved by `scheduler_fields` (`device`: the
     configured hardware's, `HardwareSpec.device`); a `target` factory gets `max_model_len=`
-    and its other fields as given.
+    and its other fields as given. A null `random_seed` field becomes `random_seed`.
     """
     return build_scheduler_with_settings(cfg_scheduler, kv_capacity_tokens, max_model_len,
-                                         device)[0]
+                                         device, random_seed)[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,9 @@ class ComparisonCallback(Callback):
         for p in retract_report(sweep_dir):
             log.info("withdrew the earlier report file %s", p)
 
-        params = OmegaConf.to_container(config.hydra.sweeper.get("params") or {})
+        # resolved: `range(${repeats})` sweeps one value by default (then it is not swept)
+        params = OmegaConf.to_container(config.hydra.sweeper.get("params") or {},
+                                        resolve=True)
         swept = swept_keys(list(config.hydra.overrides.task),
                            {str(k): v for k, v in params.items()}
                            if isinstance(params, dict) else None)

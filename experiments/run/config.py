@@ -43,10 +43,11 @@ def __getattr__(name: str) -> type:
 
 def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
            extra: Sequence[tuple[str, Any, Any]] = (), optional: Sequence[str] = (),
-           last: Collection[str] = ()) -> type:
+           last: Collection[str] = (), null_default: Collection[str] = ()) -> type:
     """A plain (mutable) dataclass with the fields, types and defaults of dataclass `cls`,
     minus `drop`, plus `extra` (name, type, default) first and the fields in `last` last;
-    fields in `optional` also accept null; required fields default to MISSING. Nested
+    fields in `optional` also accept null, those in `null_default` are null by default
+    (the run fills them in); required fields default to MISSING. Nested
     dataclass types are mirrored too. The class is found as this module's attribute `name`
     (`__getattr__` below reads `_BY_NAME`), so configs that hold it pickle (the joblib
     launcher ships them to workers)."""
@@ -59,13 +60,15 @@ def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
         if f.name in drop:
             continue
         typ = hints[f.name]
-        if f.name in optional:
+        if f.name in optional or f.name in null_default:
             typ = typ | None
         if dataclasses.is_dataclass(typ) and isinstance(typ, type):
             sub = _MIRRORS.get(typ) or mirror(typ, f"{typ.__name__}Schema")
             specs.append((f.name, sub, field(default_factory=sub)))
             continue
-        if f.default is not dataclasses.MISSING:
+        if f.name in null_default:
+            default = None
+        elif f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
@@ -201,6 +204,8 @@ class RunConfig:
     `resume` skips a job whose folder already holds a complete result for this config.
     `admission` holds the front-door limits (engines/admission.py: queued requests and their
     prompt tokens; null: unlimited), refusing an arrival over them with 503.
+    `repeats` is the number of realisations a multirun sweeps (`workload.realization=
+    range(repeats)` in conf/config.yaml's sweeper params); a single run ignores it.
     """
 
     scheduler: Any = MISSING
@@ -211,6 +216,7 @@ class RunConfig:
     slo: Any = MISSING
     logger: Any = MISSING
     seed: int = 0
+    repeats: int = 1
     kv_capacity_tokens: Any = 16384
     gpu_memory_utilization: float = 0.92
     max_model_len: int | None = None
@@ -236,9 +242,11 @@ def scheduler_schema(entry: registry.SchedulerEntry) -> type:
         optional += entry.device_fields  # null: resolved from the hardware
         # the eviction options every scheduler shares (a base class) after its own fields
         shared = [f.name for f in dataclasses.fields(EvictionOptions)] if entry.evicts else []
+        # random_seed null: the run's seed of its realisation (experiments/run/main.py)
         schema = mirror(entry.config_cls, f"{cls_name.removesuffix('Config')}Schema",
                         drop=(entry.capacity_field,), extra=[("name", str, entry.name)],
-                        optional=optional, last=shared)
+                        optional=optional, last=shared,
+                        null_default=("random_seed",) if entry.evicts else ())
         SCHEDULER_SCHEMAS[entry.name] = schema
     return schema
 
@@ -250,8 +258,14 @@ SCHEDULER_SCHEMAS: dict[str, type] = {}
 for _entry in registry.entries():
     scheduler_schema(_entry)
 LengthDistSchema = mirror(LengthDist, "LengthDistSchema")
+# `realization` in every workload (trace replays read it as a field of ReplayOptions; the
+# generators' realisations are seeds: experiments/inputs/workloads/realization.py)
 WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
-                                 extra=[("name", str, name)], optional=("seed",))
+                                 extra=[("name", str, name)] + (
+                                     [] if any(f.name == "realization"
+                                               for f in dataclasses.fields(params))
+                                     else [("realization", int, 0)]),
+                                 optional=("seed",))
                     for name, params in WORKLOAD_PARAMS.items()}
 ModelSchema = mirror(ModelSpec, "ModelSchema")
 HardwareSchema = mirror(HardwareSpec, "HardwareSchema")

@@ -48,7 +48,8 @@ from engines.executors.base import DetokenizingExecutor, Executor
 from engines.records import Recorder
 from experiments.inputs.input_changes import ContextCapCounter, context_limit
 from experiments.inputs.input_files import input_fingerprints
-from experiments.inputs.workloads import stream_workload
+from experiments.inputs.workloads import stream_workload, workload_seed
+from experiments.inputs.workloads.realization import check_realization, realization_seed
 from experiments.paths import PROJECT_ROOT
 from experiments.results.arrow_pandas import defer_pandas_import
 from experiments.results.job_folder import (
@@ -195,6 +196,16 @@ def validate_run_config(cfg: DictConfig) -> None:
                          f"{', '.join(sorted(f.name for f in dataclasses.fields(RunConfig)))}")
 
 
+def _random_seed_summary(cfg_scheduler: Any, derived: int) -> dict[str, int]:
+    """`random_seed`: the seed the scheduler's random choices used (its own, or `derived`
+    when null); nothing for a scheduler without the option."""
+    fields = as_dict(cfg_scheduler)
+    if "random_seed" not in fields:
+        return {}
+    own = fields["random_seed"]
+    return {"random_seed": int(own) if own is not None else derived}
+
+
 def failed_summary(cfg: DictConfig, error: Exception, workload: str | None = None,
                    overrides: Iterable[str] = ()) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
@@ -256,6 +267,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     validate_run_config(cfg)
     digest = config_hash(cfg)  # the inputs as they are read now
     seed = int(cfg.seed)
+    workload_cfg = as_dict(cfg.workload)
+    realization = check_realization(workload_cfg.get("realization", 0))
     real = str(cfg.executor.name) == "real"
     model = build_model(cfg.model)
     hardware = build_hardware(cfg.hardware)
@@ -264,7 +277,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     model_context = model_context_length(cfg, model.max_position_embeddings, checkpoint)
     # before the workload: a context length past the model's is refused whatever it replays
     check_context_length(ctx, model_context, bool(cfg.get("allow_long_max_model_len", False)))
-    stream = stream_workload(as_dict(cfg.workload), seed)  # validates trace files first
+    stream = stream_workload(workload_cfg, seed)  # validates trace files first
     # The real executor's tokens are read back from the requests: keep them (small runs).
     requests: Iterable[Request] = list(stream) if real else stream
     admission = build_admission(cfg.get("admission"))
@@ -272,8 +285,11 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                                float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
                                config_page_size(cfg.scheduler))
     kv_capacity = pool.tokens
+    # the random victim policy's seed: scheduler.random_seed, or (null) the run's seed of
+    # this realisation, as the workload's
+    policy_seed = realization_seed(seed, realization)
     scheduler, limits = build_scheduler_with_settings(cfg.scheduler, kv_capacity, ctx.value,
-                                                      hardware.device)
+                                                      hardware.device, policy_seed)
     # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
     executor = build_executor(cfg.executor, model, hardware,
                               num_slots=kv_capacity + scheduler.page_size)
@@ -318,6 +334,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
                else sim_model_summary(model, hardware)),
             **workload_summary(cfg, stream, workload),
             "seed": seed,
+            "realization": realization,
+            "workload_seed": workload_seed(workload_cfg, seed),
+            **_random_seed_summary(cfg.scheduler, policy_seed),
             "kv_capacity_tokens": kv_capacity,
             "kv_capacity_source": pool.source,
             "kv_pool_estimate": pool.estimate.as_dict() if pool.estimate else None,

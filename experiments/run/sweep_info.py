@@ -45,8 +45,8 @@ def swept_keys(task_overrides: Iterable[str], sweeper_params: Mapping[str, Any] 
     overrides with several values (`key=a,b`, `key=range(...)`, ...)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    keys = [str(k) for k in (sweeper_params or {})]
     parser = OverridesParser.create()
+    keys = [str(k) for k, v in (sweeper_params or {}).items() if _values(parser, k, v) != 1]
     fixed = set()
     for arg in task_overrides:
         try:
@@ -58,6 +58,16 @@ def swept_keys(task_overrides: Iterable[str], sweeper_params: Mapping[str, Any] 
         else:
             fixed.add(ov.key_or_group)  # a single value on the command line wins
     return [k for k in dict.fromkeys(keys) if k not in fixed]
+
+
+def _values(parser: Any, key: object, value: object) -> int | None:
+    """How many values the sweeper param `key: value` sweeps (None: unknown); a param of
+    one value (`workload.realization: range(1)`, the default `repeats`) sweeps nothing."""
+    try:
+        ov = parser.parse_override(f"{key}={value}")
+        return len(list(ov.sweep_string_iterator())) if ov.is_sweep_override() else 1
+    except Exception:
+        return None
 
 
 def write_sweep_info(sweep_dir: str | Path, info: SweepInfo) -> Path:

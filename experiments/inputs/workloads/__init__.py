@@ -31,6 +31,7 @@ from experiments.inputs.workloads.prompts import (
     prompts_from_config,
     prompts_stream,
 )
+from experiments.inputs.workloads.realization import check_realization, realization_seed
 from experiments.inputs.workloads.replay import (
     AzureWorkload,
     MooncakeWorkload,
@@ -76,11 +77,30 @@ PARAMS: dict[str, type] = {
 
 def stream_workload(cfg: Mapping[str, Any], seed: int | None = None) -> RequestStream:
     """The requests of the workload config `cfg` as a lazy stream in arrival order (its
-    `name` picks the generator); trace files are read and validated now."""
+    `name` picks the generator); trace files are read and validated now. `realization`
+    (default 0) picks another draw of the same config (`realization.py`)."""
     name = cfg.get("name")
     if name not in STREAMS:
         raise ValueError(f"workload.name={name!r}: unknown; valid: {', '.join(STREAMS)}")
-    return STREAMS[name](cfg, seed)
+    return STREAMS[name](realized(cfg, seed), seed)
+
+
+def workload_seed(cfg: Mapping[str, Any], seed: int | None = None) -> int:
+    """The seed the workload `cfg` is drawn with: its own `seed`, else the run's, made the
+    seed of its realisation (`realization_seed`)."""
+    own = cfg.get("seed")
+    base = int(own) if own is not None else int(seed or 0)
+    return realization_seed(base, check_realization(cfg.get("realization", 0)))
+
+
+def realized(cfg: Mapping[str, Any], seed: int | None = None) -> dict[str, Any]:
+    """`cfg` with the seed of its realisation; `realization` stays only where the workload
+    reads it (trace replays: their windows)."""
+    out = {str(k): v for k, v in cfg.items()}
+    out["seed"] = workload_seed(cfg, seed)
+    if not issubclass(PARAMS[str(cfg["name"])], ReplayOptions):
+        out.pop("realization", None)
+    return out
 
 
 def build_workload(cfg: Mapping[str, Any], seed: int | None = None) -> list[Request]:
@@ -105,7 +125,10 @@ __all__ = [
     "arrival_times",
     "build_workload",
     "generate_synthetic",
+    "realization_seed",
+    "realized",
     "stream_workload",
     "synthetic_from_config",
     "synthetic_stream",
+    "workload_seed",
 ]

@@ -35,6 +35,7 @@ class ReplayOptions:
     """
 
     seed: int = 0
+    realization: int = 0  # k > 0: the k-th disjoint window of the trace (select_records)
     time_window: list[float] | None = None
     max_requests: int | None = None
     rate_scale: float = 1.0
@@ -48,6 +49,9 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         bad = partial(field_error, self)
 
+        if isinstance(self.realization, bool) or not isinstance(self.realization, int) \
+                or self.realization < 0:
+            raise bad("realization", "must be an integer >= 0")
         w = self.time_window
         if w is not None and (len(w) != 2 or not w[0] < w[1] or w[0] < 0):
             raise bad("time_window", "must be [start, end] seconds with 0 <= start < end")
@@ -94,11 +98,29 @@ def select_records(records: Sequence[TraceRecord], opts: ReplayOptions) -> Selec
             dropped[reason] = len(out) - len(kept)
         return kept
 
+    k = opts.realization
     if opts.time_window is not None:
         lo, hi = opts.time_window
+        lo, hi = lo + k * (hi - lo), hi + k * (hi - lo)  # realisation k: the k-th window
         out = keep("time_window", [r for r in out if lo <= r.arrival_s < hi])
-    if opts.max_requests is not None:
-        out = keep("max_requests", out[:opts.max_requests])
+        if k and not out:
+            raise ValueError(f"workload.realization={k}: its window [{lo:g}, {hi:g}) s "
+                             f"(time_window={opts.time_window!r} shifted {k} times its "
+                             "length) holds no request of the trace")
+        if opts.max_requests is not None:
+            out = keep("max_requests", out[:opts.max_requests])
+    elif opts.max_requests is not None:
+        n = opts.max_requests
+        if k and len(out) < (k + 1) * n:
+            raise ValueError(f"workload.realization={k}: the k-th block of max_requests={n} "
+                             f"needs trace records {k * n} to {(k + 1) * n - 1}, the trace "
+                             f"has {len(out)}: use fewer realisations or fewer requests")
+        out = keep("max_requests", out[k * n:(k + 1) * n])
+    elif k:
+        raise ValueError(f"workload.realization={k}: a trace replay's realisations are "
+                         "disjoint windows of the trace; set workload.max_requests (blocks "
+                         "of that many requests) or workload.time_window (windows of that "
+                         "length): the whole trace is one window")
     clipped = 0
     if opts.max_input_len is not None:
         cap = opts.max_input_len

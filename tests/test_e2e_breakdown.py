@@ -14,7 +14,8 @@ from engines.engine import Engine
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers.contract import Request
-from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
+from schedulers.sglang import SglangSchedulerConfig
+from schedulers.sglang.build import build_scheduler as build_sglang
 from schedulers.vllm import VllmSchedulerConfig
 from schedulers.vllm.build import build_scheduler as build_vllm
 
@@ -40,8 +41,9 @@ def scheduler(kind: str, swap: bool) -> Any:
         return build_vllm(VllmSchedulerConfig.from_capacity(
             384, block_size=16, max_num_batched_tokens=64, max_num_seqs=16,
             async_scheduling=kind == "vllm_async", **extra))
-    return SglangScheduler(SglangSchedulerConfig.from_capacity(
-        384, page_size=1, chunked_prefill_size=64, schedule_conservativeness=0.05, **extra))
+    return build_sglang(SglangSchedulerConfig.from_capacity(
+        384, page_size=1, chunked_prefill_size=64, schedule_conservativeness=0.05,
+        disable_overlap_schedule=kind != "sglang_overlap", **extra))
 
 
 def run(kind: str, swap: bool = False, decode_runs: bool = True) -> pa.Table:
@@ -51,7 +53,8 @@ def run(kind: str, swap: bool = False, decode_runs: bool = True) -> pa.Table:
 
 
 @pytest.mark.parametrize("kind,swap", [("vllm", False), ("vllm", True), ("sglang", False),
-                                       ("sglang", True), ("vllm_async", False)])
+                                       ("sglang", True), ("vllm_async", False),
+                                       ("sglang_overlap", False)])
 def test_parts_sum_to_e2e(kind: str, swap: bool) -> None:
     t = run(kind, swap).to_pylist()
     victims = [r for r in t if r["victim"]]

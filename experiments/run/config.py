@@ -26,7 +26,9 @@ from engines.admission import AdmissionLimits
 from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.inputs.workloads import PARAMS as WORKLOAD_PARAMS
 from experiments.inputs.workloads import LengthDist
+from experiments.paths import PROJECT_ROOT
 from schedulers import registry
+from schedulers.config_range import INT64_MAX, MAX_KV_SLOTS, MAX_TOKENS, MEMORY_WHY, ranged
 from schedulers.eviction import EvictionOptions
 
 _MIRRORS: dict[type, type] = {}
@@ -71,7 +73,7 @@ def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
             default = f.default_factory()
         else:
             default = MISSING
-        specs.append((f.name, typ, field(default=default)))
+        specs.append((f.name, typ, field(default=default, metadata=f.metadata)))  # its range
     out = dataclasses.make_dataclass(name, specs, kw_only=True)
     out.__module__ = __name__
     out.__doc__ = f"Config schema mirrored from {cls.__module__}.{cls.__qualname__}."
@@ -102,9 +104,9 @@ class OnError(enum.Enum):
 class SloConfig:
     """Goodput targets in ms (null: no target); a request is good when it meets all."""
 
-    ttft: float | None = None
-    tpot: float | None = None
-    e2el: float | None = None
+    ttft: float | None = ranged(None, low=0.0, low_open=True, high=1e9)
+    tpot: float | None = ranged(None, low=0.0, low_open=True, high=1e9)
+    e2el: float | None = ranged(None, low=0.0, low_open=True, high=1e9)
 
 
 @dataclass
@@ -131,9 +133,11 @@ class WandbConfig:
     group: str | None = None  # the run group (null: one per sweep invocation)
     tags: list[str] = field(default_factory=list)  # tags on every run
     log_requests_table: bool = True  # log the per-request table
-    max_table_rows: int = 20000  # rows of that table (the first by arrival)
+    max_table_rows: int = ranged(  # rows of that table (the first by arrival)
+        20000, low=0, high=10**7)
     log_figures: bool = True  # log the job's figures
-    history_bins: int = 300  # points of the history on simulated time (0: none)
+    history_bins: int = ranged(  # points of the history on simulated time (0: none)
+        300, low=0, high=10**6)
     quiet: bool = True  # no console capture, system metrics, machine or code snapshots
 
 
@@ -151,9 +155,10 @@ class SimExecutorConfig:
     name: str = "sim"
     cost_model: str = "roofline"
     profile: str | None = None
-    step_overhead_s: float = 0.002
-    flops_efficiency: float = 1.0
-    bandwidth_efficiency: float = 1.0
+    # a minute per step is beyond any engine; larger values overflow the virtual clock
+    step_overhead_s: float = ranged(0.002, low=0.0, high=60.0)
+    flops_efficiency: float = ranged(1.0, low=0.0, low_open=True, high=1.0)
+    bandwidth_efficiency: float = ranged(1.0, low=0.0, low_open=True, high=1.0)
 
 
 @dataclass
@@ -198,9 +203,9 @@ class RunConfig:
     workload: Any = MISSING
     slo: Any = MISSING
     logger: Any = MISSING
-    seed: int = 0
-    kv_capacity_tokens: int = 16384
-    max_model_len: int | None = None
+    seed: int = ranged(0, low=0, high=INT64_MAX)
+    kv_capacity_tokens: int = ranged(16384, low=1, high=MAX_KV_SLOTS, why=MEMORY_WHY)
+    max_model_len: int | None = ranged(None, low=1, high=MAX_TOKENS)
     progress: Progress = Progress.auto
     on_error: OnError = OnError.fail
     check_invariants: bool = False
@@ -259,6 +264,12 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver(
         "schedulers", lambda capability=None: ",".join(registry.names(capability or None)),
         replace=True)
+    # `${schedbench_groups:}`: the options a user picks, for `--help` (Hydra's own list,
+    # $APP_CONFIG_GROUPS, shows the schemas `base_*` too)
+    OmegaConf.register_new_resolver(
+        "schedbench_groups", lambda: "\n".join(
+            f"{g}: {', '.join(group_options(g))}" for g in GROUPS),
+        replace=True)
     cs.store(name="base_config", node=RunConfig)
     for name, schema in WORKLOAD_SCHEMAS.items():
         cs.store(group="workload", name=f"base_{name}", node=schema)
@@ -276,6 +287,13 @@ def register_configs() -> None:
 
 GROUPS = ("scheduler", "executor", "model", "hardware", "workload", "slo", "logger",
           "experiment")
+
+
+def group_options(group: str) -> list[str]:
+    """The options of config group `group` a user picks (`conf/<group>/*.yaml`; the schemas
+    `base_*` are not options)."""
+    return sorted(p.stem for p in (PROJECT_ROOT / "conf" / group).glob("*.yaml")
+                  if not p.stem.startswith("base_"))
 
 
 def _key_overrides(args: Sequence[str]) -> tuple[list[list[str]], list[tuple[str, str]]]:

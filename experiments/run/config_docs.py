@@ -296,7 +296,9 @@ def _default_options() -> dict[str, str]:
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    from experiments.run.config import group_options
+
+    return group_options(group)
 
 
 def generate() -> str:

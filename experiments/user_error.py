@@ -19,6 +19,10 @@ class UserError(ValueError):
     where, and how to fix it, on one line."""
 
 
+class ConfigError(UserError):
+    """A config or command line that cannot run; the message says why and what to type."""
+
+
 class JobConfigError(UserError):
     """An error raised while a job is built from its config (a value its object refuses, an
     input file that cannot be read): a user error that keeps the original as `original`."""

@@ -594,8 +594,7 @@ def cli() -> None:
         # anything: a user error is one line (Hydra's own report of it is several).
         problem = check_command_line(sys.argv[1:], CONF_DIR)
         if problem:
-            print(one_line(problem), file=sys.stderr)
-            sys.exit(2)
+            sys.exit(one_line(problem))  # exit status 1, as Hydra's own errors
     try:
         main()
     except SystemExit as e:

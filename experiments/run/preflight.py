@@ -15,13 +15,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.paths import project_path
-from experiments.user_error import UserError
+from experiments.user_error import ConfigError
 from schedulers import registry
-
-
-class ConfigError(UserError):
-    """A config or command line that cannot run; the message says why and what to type."""
-
 
 # The closest key of the other scheduler (the schedulers' own names for one knob).
 COUNTERPARTS: dict[tuple[str, str], str] = {

@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from experiments.user_error import ConfigError
 from schedulers.config_range import field_range
 
 
@@ -77,7 +78,5 @@ def range_problems(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, An
 
 def check_ranges(cfg: DictConfig) -> None:
     """Raise `ConfigError` naming the first value of `cfg` out of its declared range."""
-    from experiments.run.preflight import ConfigError
-
     for key, value, why in range_problems(cfg):
         raise ConfigError(f"{key}={value!r}: {why}")

@@ -255,9 +255,9 @@ def composition_error(error: BaseException, overrides: Sequence[str], config_dir
             return (f"{group}={option}: no such option{hint}; options: "
                     f"{', '.join(options)}")
         return _without_schemas(str(error))
-    hint = explain_override_error(overrides, config_dir)
-    if hint:
-        return hint
+    typo = explain_override_error(overrides, config_dir)
+    if typo:
+        return typo
     cause: BaseException | None = error
     while cause is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__ or cause.__context__

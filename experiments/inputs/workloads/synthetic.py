@@ -42,7 +42,7 @@ from schedulers.contract import DEFAULT_EOS_TOKEN_ID, Request
 MODES = ("fixed", "eos")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyntheticWorkload:
     """Parameters of the synthetic generator (see the module docstring).
 

@@ -45,10 +45,11 @@ SMALL: dict[str, dict[str, str]] = {
     "synthetic": {"workload.num_requests": "40"},
     "shared_prefix": {"workload.num_groups": "4", "workload.prompts_per_group": "4"},
     "multi_turn": {"workload.num_conversations": "8"},
-    "azure_code": {"workload.max_requests": "100"},
-    "azure_conv": {"workload.max_requests": "100"},
-    "mooncake": {"workload.max_requests": "50"},
-    "mooncake_conversation": {"workload.max_requests": "50"},
+    # traces: the first minute too, so that max_requests=huge (all) stays a short replay
+    "azure_code": {"workload.max_requests": "100", "workload.time_window": "[0,60]"},
+    "azure_conv": {"workload.max_requests": "100", "workload.time_window": "[0,60]"},
+    "mooncake": {"workload.max_requests": "50", "workload.time_window": "[0,60]"},
+    "mooncake_conversation": {"workload.max_requests": "50", "workload.time_window": "[0,60]"},
     "lengths": {"workload.max_requests": "100"},
     "smollm2_prompts": {"workload.num_requests": "4"},
 }
@@ -226,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sample", type=int, default=0, help="run a seeded sample of N cases")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default=None,
+                    help="only the keys of group options starting so (e.g. workload=azure)")
     ap.add_argument("--subprocess", type=int, default=0,
                     help="also run N sampled cases as real commands")
     ap.add_argument("--tokenizer", default=None,
@@ -257,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         if not trace_dir.is_dir():
             skipped.append(f"workload={option} (no traces in {trace_dir})")
     keys = [k for k in keys if not any(k.choice and k.choice in s for s in skipped)]
+    if args.only:
+        keys = [k for k in keys if (k.choice or "").startswith(args.only)]
     every = cases(keys)
     chosen = every
     if args.sample:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.config_range import INT64_MAX, ranged
 from schedulers.contract import Request, StepEvents, StepPlan
 
 # The finish_reason of a request refused at the front door (engines/records.py).
@@ -23,8 +24,8 @@ OVERLOADED = "rejected_503"
 class AdmissionLimits:
     """Front-door limits of a run; None is unlimited (the default, and upstream's)."""
 
-    max_num_queued_reqs: int | None = None
-    max_num_queued_tokens: int | None = None
+    max_num_queued_reqs: int | None = ranged(None, low=1, high=INT64_MAX)
+    max_num_queued_tokens: int | None = ranged(None, low=1, high=INT64_MAX)
 
     def __post_init__(self) -> None:
         for name in ("max_num_queued_reqs", "max_num_queued_tokens"):

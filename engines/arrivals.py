@@ -13,6 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence, Sized
 
+from engines.errors import ClockError
 from schedulers.contract import Request
 
 
@@ -70,6 +71,30 @@ class ArrivalQueue:
     def pop(self) -> Request:
         """The next request (call only when `pending()`)."""
         r = self._next
-        assert r is not None
+        if r is None:
+            raise IndexError("engine: no request left to pull (pop() called when none is "
+                             "pending)")
         self._pull()
         return r
+
+
+def check_clock(clock: float, before: float, what: str) -> None:
+    """Raise `ClockError` unless `clock` is a finite number of seconds not below `before`
+    (the clock before `what`, e.g. "step 12"): a NaN or infinite clock never reaches the
+    next arrival, so the loop could not end."""
+    if not before <= clock < math.inf:
+        raise ClockError(
+            f"engine: the clock went from t={before!r} s to t={clock!r} s after {what}: a step "
+            "must take a finite, non-negative number of seconds (a cost model or executor "
+            "setting such as executor.step_overhead_s out of range?)")
+
+
+def next_arrival_clock(clock: float, arrivals: ArrivalQueue) -> float:
+    """The clock jumped to the next arrival (nothing runs); `ClockError` when that does not
+    reach it (a NaN clock), which would otherwise spin the loop without ever admitting it."""
+    jumped = max(clock, arrivals.peek_time())
+    if not arrivals.peek_time() <= jumped < math.inf:
+        raise ClockError(
+            f"engine: the clock t={clock!r} s cannot reach the next arrival at "
+            f"t={arrivals.peek_time()!r} s (a step took a number of seconds that is not finite)")
+    return jumped

@@ -35,6 +35,7 @@ O(chunks) per step; memory holds only live requests (see `engines.records`).
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from engines.admission import AdmissionLimits, FrontDoor
-from engines.arrivals import ArrivalQueue
+from engines.arrivals import ArrivalQueue, check_clock, next_arrival_clock
+from engines.errors import ClockError as ClockError  # re-exported
 from engines.errors import DeadlockError, InvariantViolation, NoProgressError, StepLimitError
 from engines.executors.base import DecodeRunExecutor, Executor, ReleasingExecutor
 from engines.livelock import ProgressWatch, format_ids
@@ -309,6 +311,10 @@ class Engine:
         arrivals = self.arrivals
         release = executor.release if isinstance(executor, ReleasingExecutor) else None
         stall = 0
+        # Every pass of the loop admits an arrival, commits a step the progress watch sees,
+        # or ends: the clock stays finite and non-decreasing (`check_clock`), and a jump to
+        # the next arrival reaches it (`next_arrival_clock`), so no pass can repeat forever.
+        check_clock(clock, -math.inf, "the start")
         use_runs = self.decode_runs and self.check is None
         door = self.door
         watch = self.watch
@@ -322,7 +328,7 @@ class Engine:
             if not sched.has_unfinished():
                 if not arrivals.pending():
                     break
-                clock = max(clock, arrivals.peek_time())
+                clock = next_arrival_clock(clock, arrivals)
                 continue
             if self.max_steps is not None and rec.num_steps >= self.max_steps:
                 live = rec.live_ids()
@@ -332,6 +338,8 @@ class Engine:
             if use_runs:
                 after = self._decode_run(clock)
                 if after is not None:
+                    if not clock <= after < math.inf:
+                        check_clock(after, clock, f"the decode run ending at step {rec.num_steps}")
                     clock = after
                     stall = 0
                     watch.progressed()
@@ -342,6 +350,9 @@ class Engine:
                       else StepResult({}, 0.0))
             start = clock
             clock += result.duration_s
+            if not start <= clock < math.inf:
+                check_clock(clock, start, f"step {rec.num_steps + 1} "
+                            f"(duration_s={result.duration_s!r})")
             events = sched.update_from_output(plan, result)
             rec.on_step(plan, result, events, start, clock, sched.stats())
             if door is not None:
@@ -356,7 +367,7 @@ class Engine:
             if stall < _MAX_EMPTY_PLANS:
                 continue
             if arrivals.pending():
-                clock = max(clock, arrivals.peek_time())
+                clock = next_arrival_clock(clock, arrivals)
                 stall = 0
                 continue
             live = rec.live_ids()

@@ -7,7 +7,8 @@ They live apart from the step loop so that the loop's modules can be compiled
 
 from __future__ import annotations
 
-__all__ = ["DeadlockError", "InvariantViolation", "NoProgressError", "StepLimitError"]
+__all__ = ["ClockError", "DeadlockError", "InvariantViolation", "NoProgressError",
+           "StepLimitError"]
 
 
 class DeadlockError(RuntimeError):
@@ -32,3 +33,9 @@ class NoProgressError(RuntimeError):
     def __init__(self, message: str, stuck_ids: list[str]) -> None:
         super().__init__(message)
         self.stuck_ids = stuck_ids
+
+
+class ClockError(RuntimeError):
+    """The virtual clock stopped being a finite, non-decreasing number of seconds (a step
+    duration that is NaN, infinite or negative, or a clock that overflowed): the loop could
+    never reach the next arrival."""

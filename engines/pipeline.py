@@ -40,10 +40,12 @@ loop's only.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engines.arrivals import check_clock, next_arrival_clock
 from engines.errors import DeadlockError, StepLimitError
 from engines.executors.base import ReleasingExecutor
 from engines.livelock import format_ids
@@ -126,6 +128,7 @@ class BatchQueueLoop:
         release = eng.executor.release if isinstance(eng.executor, ReleasingExecutor) \
             else None
         queue = self.queue
+        check_clock(clock, -math.inf, "the start")  # then every step's end (`_launch`)
         self.executor_free = clock
         while True:
             for rid in rec.release_ended():
@@ -138,7 +141,7 @@ class BatchQueueLoop:
             if not busy and not queue:
                 if not arrivals.pending():
                     return clock
-                clock = max(clock, arrivals.peek_time())
+                clock = next_arrival_clock(clock, arrivals)
                 continue
             progress = False
             if busy:
@@ -181,6 +184,9 @@ class BatchQueueLoop:
             result = StepResult({}, 0.0)  # an empty plan is not executed
         start = max(clock, self.executor_free)
         end = start + result.duration_s
+        if not start <= end < math.inf:
+            check_clock(end, start, f"the plan launched at t={start!r}s "
+                        f"(duration_s={result.duration_s!r})")
         self.executor_free = end
         self.previous = result
         launched = eng.recorder.on_launch(plan, start)
@@ -213,7 +219,7 @@ class BatchQueueLoop:
             return clock
         self.idle = 0
         if eng.arrivals.pending():
-            return max(clock, eng.arrivals.peek_time())
+            return next_arrival_clock(clock, eng.arrivals)
         live = eng.recorder.live_ids()
         stats = eng.scheduler.stats()
         raise DeadlockError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.config_range import INT64_MAX, MAX_KV_SLOTS, MEMORY_WHY, ranged
 from schedulers.host_pool import check_preemption_config
 from schedulers.victim_policy import check_victim_policy
 
@@ -33,10 +34,12 @@ class EvictionOptions:
     """
 
     preemption_mode: str = "recompute"  # recompute (upstream) or swap (KV to a host pool)
-    host_kv_capacity_tokens: int = 0  # swap: host slots, a multiple of the page size (0: recompute)
+    host_kv_capacity_tokens: int = ranged(  # swap: host slots, a page-size multiple (0: recompute)
+        0, low=0, high=MAX_KV_SLOTS, why=MEMORY_WHY)
     victim_policy: str = "default"
-    # a run's config leaves it null: the run's seed of its realisation (experiments/run/main.py)
-    random_seed: int = 0  # seeds victim_policy=random, SGLang's schedule_policy=random (null: seed)
+    # seeds victim_policy=random (and SGLang's schedule_policy=random); a run's config leaves
+    # it null: the run's seed of its realisation (experiments/run/main.py)
+    random_seed: int = ranged(0, low=0, high=INT64_MAX)
 
     def check_eviction_options(self, owner: str, page_size: int) -> None:
         """Raise ValueError naming `owner`, the field, its value and what is valid."""

@@ -33,9 +33,16 @@ def test_config_reference_is_up_to_date_and_complete(monkeypatch: pytest.MonkeyP
     for f in dataclasses.fields(WandbConfig):
         if f.name != "name":
             assert f"| `logger.{f.name}` |" in text
-    assert ("| `scheduler.max_num_seqs` | int \\| None | `null` | most requests running at "
-            "once |") in text
-    assert "| `kv_capacity_tokens` | Any | `16384` | Token slots in the KV pool" in text
+    assert ("| `scheduler.max_num_seqs` | int \\| None | [1, 2^20] | `null` | most requests "
+            "running at once |") in text
+    assert ("| `kv_capacity_tokens` | Any | auto (the pool vLLM leaves on the hardware) or "
+            "[1, 2^26] | `16384` |") in text
+    # issue 24, item 5: every numeric key shows its declared range
+    numeric = [row for row in rows if row.split(" | ")[1].split(" ")[0] in ("int", "float")]
+    assert len(numeric) > 150 and all(row.split(" | ")[2] for row in numeric), [
+        row for row in numeric if not row.split(" | ")[2]]
+    assert "| `scheduler.chunked_prefill_size` | int \\| None | -1 (off) or [1, 2^24] |" in text
+    assert "| `workload.request_rate` | float | inf (all at t=0) or [0.0001, 1e9] |" in text
     assert "`experiment=preemption`" in text and "`hydra/launcher=slurm`" in text
     assert "docs/CONFIG.md" in (ROOT / "README.md").read_text()
 
@@ -48,6 +55,10 @@ def test_run_help_prints_the_reference() -> None:
     assert "== Configuration groups ==" in proc.stdout
     assert "# Configuration reference" in proc.stdout
     assert "| `workload.rate_scale` |" in proc.stdout
+    # issue 25, item 8: the schemas (base_*) are not options
+    groups = proc.stdout.split("== Configuration groups ==", 1)[1].split("== Config ==", 1)[0]
+    assert "scheduler: fcfs_reserve, sglang, vllm" in groups
+    assert "base_" not in groups
 
 
 def test_scheduler_target_is_documented_as_running_code() -> None:

@@ -21,14 +21,17 @@ ALLOWED = {
     "kernels": set(),
     "engines": {"schedulers", "kernels"},
     "experiments.paths": set(),
+    "experiments.user_error": set(),
     "experiments.results": {"experiments.paths", "engines"},  # engines: the record columns
-    "experiments.inputs": {"experiments.paths", "experiments.results", "schedulers",
-                           "engines"},
+    "experiments.inputs": {"experiments.paths", "experiments.user_error", "experiments.results",
+                           "schedulers", "engines"},
     "experiments.report": {"experiments.paths", "experiments.results", "schedulers"},
     "experiments.conformance": {"schedulers", "engines"},
-    "experiments.run": {"experiments.paths", "experiments.results", "experiments.inputs",
+    "experiments.run": {"experiments.paths", "experiments.user_error", "experiments.results",
+                        "experiments.inputs",
                         "experiments.report", "schedulers", "engines", "kernels"},
-    "experiments.cli": {"engines", "experiments.run", "experiments.report",
+    "experiments.cli": {"engines", "experiments.user_error", "experiments.run",
+                        "experiments.report",
                         "experiments.conformance"},
     "experiments": {"engines"},  # experiments/__init__.py: the compiled core's activation
 }

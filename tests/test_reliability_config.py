@@ -27,9 +27,10 @@ def job_config(*overrides: str) -> DictConfig:
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (["kv_capacity_tokens=0"], r"kv_capacity_tokens=0: must be a positive number"),
-    (["kv_capacity_tokens=-64", "scheduler=sglang"], r"kv_capacity_tokens=-64: must be a pos"),
-    (["max_model_len=0"], r"max_model_len=0: must be positive \(or null\)"),
+    # the declared ranges (experiments/run/ranges.py)
+    (["kv_capacity_tokens=0"], r"kv_capacity_tokens=0: out of range; valid: \[1, 2\^26\]"),
+    (["kv_capacity_tokens=-64", "scheduler=sglang"], r"kv_capacity_tokens=-64: out of range"),
+    (["max_model_len=0"], r"max_model_len=0: out of range; valid: \[1, 2\^24\]"),
     (["kv_capacity_tokens=1000"],
      r"vllm scheduler: kv_capacity_tokens=1000 is not a multiple of block_size=16"),
     (["scheduler=sglang", "scheduler.page_size=16", "kv_capacity_tokens=1000"],
@@ -50,9 +51,9 @@ def job_config(*overrides: str) -> DictConfig:
     (["scheduler.preemption_mode=swap", "scheduler.host_kv_capacity_tokens=100"],
      r"host_kv_capacity_tokens=100 is not a multiple of the page size \(16\)"),
     (["scheduler=sglang", "scheduler.host_kv_capacity_tokens=-8"],
-     r"sglang scheduler: host_kv_capacity_tokens=-8: must be an integer >= 0"),
+     r"scheduler\.host_kv_capacity_tokens=-8: out of range; valid: \[0, 2\^26\]"),
     (["admission.max_num_queued_tokens=0"],
-     r"admission: max_num_queued_tokens=0: must be a positive integer \(or null: unlimited\)"),
+     r"admission\.max_num_queued_tokens=0: out of range; valid: \[1, 2\^63-1\]"),
     (["scheduler.victim_policy=oldest"],
      r"vllm scheduler: victim_policy='oldest': valid: default, latest_arrival, fewest_outputs, "
      r"least_progress, most_kv, shortest_remaining, random"),

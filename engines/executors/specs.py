@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from schedulers.config_range import MAX_TOKENS, ranged
 from schedulers.device_defaults import DeviceSpec
 
 
@@ -32,19 +33,21 @@ class ModelSpec:
     """
 
     name: str
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    intermediate_size: int
-    vocab_size: int
-    head_dim: int | None = None
+    # Upper bounds: well beyond any released checkpoint (the largest have ~126 layers,
+    # hidden sizes ~16k and vocabularies ~256k), where the cost model stops meaning anything.
+    hidden_size: int = ranged(low=1, high=2**18)
+    num_hidden_layers: int = ranged(low=1, high=2**12)
+    num_attention_heads: int = ranged(low=1, high=2**12)
+    num_key_value_heads: int = ranged(low=1, high=2**12)
+    intermediate_size: int = ranged(low=1, high=2**20)
+    vocab_size: int = ranged(low=1, high=2**24)
+    head_dim: int | None = ranged(None, low=1, high=2**12)
     tie_word_embeddings: bool = False
     attention_bias: bool = False
-    dtype_bytes: int = 2
-    kv_dtype_bytes: int | None = None
-    num_params: int | None = None
-    max_position_embeddings: int | None = None
+    dtype_bytes: int = ranged(2, low=1, high=8)
+    kv_dtype_bytes: int | None = ranged(None, low=1, high=8)
+    num_params: int | None = ranged(None, low=1, high=10**15)
+    max_position_embeddings: int | None = ranged(None, low=1, high=MAX_TOKENS)
     checkpoint: str | None = None
 
     def __post_init__(self) -> None:
@@ -142,10 +145,11 @@ class HardwareSpec:
     (engines/kv_pool.py)."""
 
     name: str
-    peak_flops: float
-    memory_bandwidth: float
-    host_link_bandwidth: float
-    memory_bytes: float = 0.0
+    # Upper bounds: a thousand times today's accelerators (H200: 9.9e14 FLOP/s, 4.8e12 B/s).
+    peak_flops: float = ranged(low=0.0, low_open=True, high=1e18)
+    memory_bandwidth: float = ranged(low=0.0, low_open=True, high=1e16)
+    host_link_bandwidth: float = ranged(low=0.0, low_open=True, high=1e16)
+    memory_bytes: float = ranged(0.0, low=0.0, high=1e15)
     device_name: str = ""
 
     def __post_init__(self) -> None:

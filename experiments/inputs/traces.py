@@ -29,6 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from experiments.user_error import UserError
+
 MOONCAKE_BLOCK_TOKENS = 512
 AZURE_FIELDS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 LENGTH_FIELDS = ("input_length", "output_length")
@@ -53,7 +55,7 @@ _SHOWN.maxlist = _SHOWN.maxdict = 8
 _SHOWN.maxlevel = 3
 
 
-class TraceError(ValueError):
+class TraceError(UserError):
     """A malformed trace file: the message names file, line (or row), field and value."""
 
     def __init__(self, path: str | Path, line: int | None, field: str | None, value: object,

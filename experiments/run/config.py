@@ -26,7 +26,10 @@ from engines.admission import AdmissionLimits
 from engines.executors.specs import HardwareSpec, ModelSpec
 from experiments.inputs.workloads import PARAMS as WORKLOAD_PARAMS
 from experiments.inputs.workloads import LengthDist
+from experiments.inputs.workloads.transforms import MAX_REALIZATION
+from experiments.paths import PROJECT_ROOT
 from schedulers import registry
+from schedulers.config_range import INT64_MAX, MAX_KV_SLOTS, MAX_TOKENS, MEMORY_WHY, ranged
 from schedulers.eviction import EvictionOptions
 
 _MIRRORS: dict[type, type] = {}
@@ -54,8 +57,9 @@ def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
     assert dataclasses.is_dataclass(cls)
     hints = typing.get_type_hints(cls)
     specs: list[tuple[str, Any, Any]] = []
-    for fname, typ, default in extra:
-        specs.append((fname, typ, field(default=default)))
+    for fname, typ, default in extra:  # a default made by `ranged` keeps its range
+        specs.append((fname, typ, default if isinstance(default, dataclasses.Field)
+                      else field(default=default)))
     for f in sorted(dataclasses.fields(cls), key=lambda f: f.name in last):
         if f.name in drop:
             continue
@@ -74,7 +78,7 @@ def mirror(cls: type, name: str, *, drop: Sequence[str] = (),
             default = f.default_factory()
         else:
             default = MISSING
-        specs.append((f.name, typ, field(default=default)))
+        specs.append((f.name, typ, field(default=default, metadata=f.metadata)))  # its range
     out = dataclasses.make_dataclass(name, specs, kw_only=True)
     out.__module__ = __name__
     out.__doc__ = f"Config schema mirrored from {cls.__module__}.{cls.__qualname__}."
@@ -105,9 +109,9 @@ class OnError(enum.Enum):
 class SloConfig:
     """Goodput targets in ms (null: no target); a request is good when it meets all."""
 
-    ttft: float | None = None
-    tpot: float | None = None
-    e2el: float | None = None
+    ttft: float | None = ranged(None, low=0.0, low_open=True, high=1e9)
+    tpot: float | None = ranged(None, low=0.0, low_open=True, high=1e9)
+    e2el: float | None = ranged(None, low=0.0, low_open=True, high=1e9)
 
 
 @dataclass
@@ -134,9 +138,11 @@ class WandbConfig:
     group: str | None = None  # the run group (null: one per sweep invocation)
     tags: list[str] = field(default_factory=list)  # tags on every run
     log_requests_table: bool = True  # log the per-request table
-    max_table_rows: int = 20000  # rows of that table (the first by arrival)
+    max_table_rows: int = ranged(  # rows of that table (the first by arrival)
+        20000, low=0, high=10**7)
     log_figures: bool = True  # log the job's figures
-    history_bins: int = 300  # points of the history on simulated time (0: none)
+    history_bins: int = ranged(  # points of the history on simulated time (0: none)
+        300, low=0, high=10**6)
     quiet: bool = True  # no console capture, system metrics, machine or code snapshots
 
 
@@ -160,9 +166,10 @@ class SimExecutorConfig:
     cost_model: str = "roofline"
     profile: str | None = None
     extrapolate: bool = True
-    step_overhead_s: float = 0.002
-    flops_efficiency: float = 1.0
-    bandwidth_efficiency: float = 1.0
+    # a minute per step is beyond any engine; larger values overflow the virtual clock
+    step_overhead_s: float = ranged(0.002, low=0.0, high=60.0)
+    flops_efficiency: float = ranged(1.0, low=0.0, low_open=True, high=1.0)
+    bandwidth_efficiency: float = ranged(1.0, low=0.0, low_open=True, high=1.0)
 
 
 @dataclass
@@ -181,7 +188,7 @@ class RealExecutorSchema:
     dtype: str | None = None
     device: str | None = None
     timer: str = "auto"
-    timer_repeats: int = 3
+    timer_repeats: int = ranged(3, low=1, high=100)
 
 
 AdmissionSchema = mirror(AdmissionLimits, "AdmissionSchema", optional=(
@@ -215,11 +222,12 @@ class RunConfig:
     workload: Any = MISSING
     slo: Any = MISSING
     logger: Any = MISSING
-    seed: int = 0
-    repeats: int = 1
-    kv_capacity_tokens: Any = 16384
-    gpu_memory_utilization: float = 0.92
-    max_model_len: int | None = None
+    seed: int = ranged(0, low=0, high=INT64_MAX)
+    repeats: int = ranged(1, low=1, high=10_000)
+    kv_capacity_tokens: Any = ranged(16384, low=1, high=MAX_KV_SLOTS, why=MEMORY_WHY,
+                                     special={"auto": "the pool vLLM leaves on the hardware"})
+    gpu_memory_utilization: float = ranged(0.92, low=0.0, low_open=True, high=1.0)
+    max_model_len: int | None = ranged(None, low=1, high=MAX_TOKENS)
     allow_long_max_model_len: bool = False
     progress: Progress = Progress.auto
     on_error: OnError = OnError.fail
@@ -264,7 +272,8 @@ WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
                                  extra=[("name", str, name)] + (
                                      [] if any(f.name == "realization"
                                                for f in dataclasses.fields(params))
-                                     else [("realization", int, 0)]),
+                                     else [("realization", int, ranged(
+                                         0, low=0, high=MAX_REALIZATION))]),
                                  optional=("seed",))
                     for name, params in WORKLOAD_PARAMS.items()}
 ModelSchema = mirror(ModelSpec, "ModelSchema")
@@ -290,6 +299,12 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver(
         "schedulers", lambda capability=None: ",".join(registry.names(capability or None)),
         replace=True)
+    # `${schedbench_groups:}`: the options a user picks, for `--help` (Hydra's own list,
+    # $APP_CONFIG_GROUPS, shows the schemas `base_*` too)
+    OmegaConf.register_new_resolver(
+        "schedbench_groups", lambda: "\n".join(
+            f"{g}: {', '.join(group_options(g))}" for g in GROUPS),
+        replace=True)
     cs.store(name="base_config", node=RunConfig)
     for name, schema in WORKLOAD_SCHEMAS.items():
         cs.store(group="workload", name=f"base_{name}", node=schema)
@@ -307,6 +322,13 @@ def register_configs() -> None:
 
 GROUPS = ("scheduler", "executor", "model", "hardware", "workload", "slo", "logger",
           "experiment")
+
+
+def group_options(group: str) -> list[str]:
+    """The options of config group `group` a user picks (`conf/<group>/*.yaml`; the schemas
+    `base_*` are not options)."""
+    return sorted(p.stem for p in (PROJECT_ROOT / "conf" / group).glob("*.yaml")
+                  if not p.stem.startswith("base_"))
 
 
 def _key_overrides(args: Sequence[str]) -> tuple[list[list[str]], list[tuple[str, str]]]:

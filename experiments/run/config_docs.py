@@ -214,9 +214,18 @@ def _value(v: Any) -> str:
     return str(v)
 
 
+def _range_text(f: dataclasses.Field[Any]) -> str:
+    """The declared range of a field (schedulers/config_range.py), for the range column."""
+    from schedulers.config_range import field_range
+
+    rng = field_range(f)
+    return "" if rng is None else rng.text().replace("|", "\\|")
+
+
 def _rows(schema: type, node: Any, yaml_path: Path | None, prefix: str = "", group: str = ""
-          ) -> Iterator[tuple[str, str, str, str]]:
-    """(key, type, default, meaning) of every field of `schema` (nested ones dotted)."""
+          ) -> Iterator[tuple[str, str, str, str, str]]:
+    """(key, type, range, default, meaning) of every field of `schema` (nested ones
+    dotted)."""
     origin = _origin(schema)
     comments = _source_comments(schema)
     for cls in reversed(origin.__mro__ if origin else ()):  # a base declares shared fields
@@ -250,13 +259,14 @@ def _rows(schema: type, node: Any, yaml_path: Path | None, prefix: str = "", gro
                 OmegaConf.is_config(sub) else sub
             default = _value(value) if f.name in (node or {}) else _value(
                 f.default if f.default is not dataclasses.MISSING else MISSING)
-        yield key, _type_name(t), f"`{default}`", meaning.replace("|", "\\|")
+        yield (key, _type_name(t), _range_text(f), f"`{default}`",
+               meaning.replace("|", "\\|"))
 
 
-def _table(rows: list[tuple[str, str, str, str]], prefix: str) -> str:
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for key, typ, default, meaning in rows:
-        lines.append(f"| `{prefix}{key}` | {typ} | {default} | {meaning} |")
+def _table(rows: list[tuple[str, str, str, str, str]], prefix: str) -> str:
+    lines = ["| key | type | range | default | meaning |", "|---|---|---|---|---|"]
+    for key, typ, valid, default, meaning in rows:
+        lines.append(f"| `{prefix}{key}` | {typ} | {valid} | {default} | {meaning} |")
     return "\n".join(lines) + "\n"
 
 
@@ -311,7 +321,9 @@ def _base_option(group: str, option: str) -> str | None:
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    from experiments.run.config import group_options
+
+    return group_options(group)
 
 
 def generate() -> str:
@@ -325,7 +337,12 @@ def generate() -> str:
               "`python -m experiments.run --help` prints it too. Set any key on the command "
               "line (`kv_capacity_tokens=32768`, `scheduler.max_num_seqs=64`), pick a group "
               "option with `group=option` (`scheduler=sglang`), sweep with `-m` and commas. "
-              "A key that does not exist fails at once, listing the valid ones.\n\n")
+              "A key that does not exist fails at once, listing the valid ones. The range "
+              "column gives the values a numeric key accepts (`[a, b]` inclusive, `(a, b]` "
+              "excluding a; `2^26` is 2 to the 26th; null passes where the type allows it, "
+              "and every float must be finite unless inf is listed); a value outside it is "
+              "refused before anything runs, in one line naming the key "
+              "(schedulers/config_range.py, experiments/run/ranges.py).\n\n")
     base = _compose([])
     defaults = _default_options()
     out.write("## Top level (`conf/config.yaml`)\n\n")
@@ -359,8 +376,8 @@ def generate() -> str:
                 of_parent = {r[0]: r for r in _rows(
                     schema, _compose([f"{group}={parent}"])[group],
                     CONF_DIR / group / f"{parent}.yaml", "", group)}
-                rows = [(k, t, d, m or of_parent[k][3]) for k, t, d, m in rows
-                        if k not in of_parent or of_parent[k][2] != d]
+                rows = [(k, t, v, d, m or of_parent[k][4]) for k, t, v, d, m in rows
+                        if k not in of_parent or of_parent[k][3] != d]
                 out.write(f"`{group}={parent}` with these values (every other key as "
                           "there):\n\n")
             out.write(_table(rows, f"{group}."))

@@ -28,9 +28,10 @@ import enum
 import hashlib
 import json
 import logging
-import math
+import os
 import sys
 import time
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,12 @@ from experiments.run.caveats import run_warnings
 from experiments.run.config import explain_override_error, register_configs, to_container
 from experiments.run.host_load import load_fields, overload_warning, sample_host_load
 from experiments.run.orphan_guard import exit_with_parent
-from experiments.run.preflight import ConfigError, check_config, explain_scheduler_keys
+from experiments.run.preflight import (
+    ConfigError,
+    check_command_line,
+    check_config,
+    explain_scheduler_keys,
+)
 from experiments.run.progress import ProgressRecorder, progress_enabled
 from experiments.run.provenance import (
     checkpoint_config,
@@ -104,6 +110,8 @@ from experiments.run.provenance import (
     workload_label,
     workload_summary,
 )
+from experiments.run.ranges import check_ranges
+from experiments.user_error import JobConfigError, UserError, debug_enabled, one_line
 from schedulers import registry
 from schedulers.contract import Request, Scheduler, SelfCheckingScheduler
 
@@ -165,28 +173,15 @@ def invariant_check(scheduler: Scheduler) -> SchedulerCheck:
 
 
 def validate_run_config(cfg: DictConfig) -> None:
-    """Refuse top-level values that no scheduler can run with, naming the valid range."""
+    """Refuse a value out of the range its field declares (`check_ranges`: every numeric key
+    of docs/CONFIG.md), and top-level keys that nothing reads, naming the valid ones; and
+    kv_capacity_tokens=auto with the real executor."""
+    check_ranges(cfg)
     kv = parse_kv_capacity(cfg.kv_capacity_tokens)
     if kv == AUTO and str(cfg.executor.name) == "real":
         raise ValueError("kv_capacity_tokens=auto sizes the pool of the configured hardware "
                          "for the simulated executor; with executor=real give the pool as a "
                          "number of token slots (kv_capacity_tokens=N)")
-    util = cfg.get("gpu_memory_utilization", 0.92)
-    if not (isinstance(util, int | float) and 0 < util <= 1):
-        raise ValueError(f"gpu_memory_utilization={util!r}: must be in (0, 1] (vLLM's "
-                         "default: 0.92)")
-    max_len = cfg.get("max_model_len")
-    if max_len is not None and int(max_len) < 1:
-        raise ValueError(f"max_model_len={max_len}: must be positive (or null)")
-    for key, seed in (("seed", cfg.get("seed")), ("workload.seed", cfg.workload.get("seed"))):
-        if seed is not None and int(seed) < 0:
-            raise ValueError(f"{key}={seed}: must be a non-negative integer (or null for "
-                             "workload.seed: the top-level seed)")
-    for key, target in as_dict(cfg.get("slo")).items():
-        if target is not None and not (isinstance(target, int | float)
-                                       and math.isfinite(target) and target > 0):
-            raise ValueError(f"slo.{key}={target!r}: a target must be a positive number of "
-                             "milliseconds (or null: no target)")
     from experiments.run.config import RunConfig
 
     unknown = sorted(set(map(str, cfg.keys())) - {f.name for f in dataclasses.fields(RunConfig)})
@@ -206,9 +201,24 @@ def _random_seed_summary(cfg_scheduler: Any, derived: int) -> dict[str, int]:
     return {"random_seed": int(own) if own is not None else derived}
 
 
+@contextlib.contextmanager
+def _as_config_errors() -> Iterator[None]:
+    """Errors raised while a job is built from its config are the config's (a value an object
+    refuses, an input file that cannot be read): re-raised as `JobConfigError`, a user error
+    shown as one line."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (ValueError, OSError) as e:
+        raise JobConfigError(e) from e
+
+
 def failed_summary(cfg: DictConfig, error: Exception, workload: str | None = None,
                    overrides: Iterable[str] = ()) -> dict[str, Any]:
     """The summary of a job stopped by an error (`on_error=record`)."""
+    if isinstance(error, JobConfigError):
+        error = error.original  # named as what raised it
     try:
         digest = config_hash(cfg)
     except Exception as e:  # the config or an input file may be what failed
@@ -264,37 +274,38 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
     they ended (sort by arrival_time for arrival order). `wrap_executor`, when given, wraps
     the built executor (a study that records each step's shape, scripts/real_vs_sim.py).
     `bar` False: no progress bar whatever `progress` says (None: as `progress` says)."""
-    validate_run_config(cfg)
-    digest = config_hash(cfg)  # the inputs as they are read now
-    seed = int(cfg.seed)
-    workload_cfg = as_dict(cfg.workload)
-    realization = check_realization(workload_cfg.get("realization", 0))
-    real = str(cfg.executor.name) == "real"
-    model = build_model(cfg.model)
-    hardware = build_hardware(cfg.hardware)
-    checkpoint = checkpoint_config(cfg.executor) if real else None
-    ctx = job_context_length(cfg, model.max_position_embeddings, checkpoint)
-    model_context = model_context_length(cfg, model.max_position_embeddings, checkpoint)
-    # before the workload: a context length past the model's is refused whatever it replays
-    check_context_length(ctx, model_context, bool(cfg.get("allow_long_max_model_len", False)))
-    stream = stream_workload(workload_cfg, seed)  # validates trace files first
-    # The real executor's tokens are read back from the requests: keep them (small runs).
-    requests: Iterable[Request] = list(stream) if real else stream
-    admission = build_admission(cfg.get("admission"))
-    pool = resolve_kv_capacity(cfg.kv_capacity_tokens, model, hardware,
-                               float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
-                               config_page_size(cfg.scheduler))
-    kv_capacity = pool.tokens
-    # the random victim policy's seed: scheduler.random_seed, or (null) the run's seed of
-    # this realisation, as the workload's
-    policy_seed = realization_seed(seed, realization)
-    scheduler, limits = build_scheduler_with_settings(cfg.scheduler, kv_capacity, ctx.value,
-                                                      hardware.device, policy_seed)
-    # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
-    executor = build_executor(cfg.executor, model, hardware,
-                              num_slots=kv_capacity + scheduler.page_size)
-    capped = ContextCapCounter(requests, context_limit(scheduler))
-    requests = capped if not real else list(capped)
+    with _as_config_errors():  # what fails here is the config's (or its input files')
+        validate_run_config(cfg)
+        digest = config_hash(cfg)  # the inputs as they are read now
+        seed = int(cfg.seed)
+        workload_cfg = as_dict(cfg.workload)
+        realization = check_realization(workload_cfg.get("realization", 0))
+        real = str(cfg.executor.name) == "real"
+        model = build_model(cfg.model)
+        hardware = build_hardware(cfg.hardware)
+        checkpoint = checkpoint_config(cfg.executor) if real else None
+        ctx = job_context_length(cfg, model.max_position_embeddings, checkpoint)
+        model_context = model_context_length(cfg, model.max_position_embeddings, checkpoint)
+        # before the workload: a context length past the model's is refused whatever it replays
+        check_context_length(ctx, model_context, bool(cfg.get("allow_long_max_model_len", False)))
+        stream = stream_workload(workload_cfg, seed)  # validates trace files first
+        # The real executor's tokens are read back from the requests: keep them (small runs).
+        requests: Iterable[Request] = list(stream) if real else stream
+        admission = build_admission(cfg.get("admission"))
+        pool = resolve_kv_capacity(cfg.kv_capacity_tokens, model, hardware,
+                                   float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
+                                   config_page_size(cfg.scheduler))
+        kv_capacity = pool.tokens
+        # the random victim policy's seed: scheduler.random_seed, or (null) the run's seed of
+        # this realisation, as the workload's
+        policy_seed = realization_seed(seed, realization)
+        scheduler, limits = build_scheduler_with_settings(cfg.scheduler, kv_capacity, ctx.value,
+                                                          hardware.device, policy_seed)
+        # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
+        executor = build_executor(cfg.executor, model, hardware,
+                                  num_slots=kv_capacity + scheduler.page_size)
+        capped = ContextCapCounter(requests, context_limit(scheduler))
+        requests = capped if not real else list(capped)
     if wrap_executor is not None:
         executor = wrap_executor(executor)
     show = progress_enabled(_progress_mode(cfg)) if bar is None else bar
@@ -535,7 +546,7 @@ def main(cfg: DictConfig) -> None:
         check_config(cfg)
     except ConfigError as e:
         if _enum_value(cfg.get("on_error", "fail")) != "record":
-            sys.exit(f"error: {e}")  # one message, no traceback: the config is wrong
+            _exit_user_error(e)  # one message, no traceback: the config is wrong
     overrides = [str(o) for o in hc.overrides.task]
     # One run per job folder at a time, never through a planted link, never over results
     # that are not ours: refused here, naming the folder. The callback refused these before
@@ -547,6 +558,8 @@ def main(cfg: DictConfig) -> None:
         try:
             remove_stale_spools(out_dir)
             summary = _run_job(cfg, out_dir, tag, group, name, overrides, bar)
+        except UserError as e:
+            _exit_user_error(e)
         finally:
             restore_files(hydra_dir)
     if multirun:
@@ -554,6 +567,13 @@ def main(cfg: DictConfig) -> None:
     else:
         print(format_summary(summary))
         print(f"outputs: {out_dir}")
+
+
+def _exit_user_error(error: UserError) -> typing.NoReturn:
+    """Exit with `error` as one line (its traceback only with SCHEDBENCH_DEBUG=1)."""
+    if debug_enabled():
+        raise error
+    sys.exit(one_line(error))
 
 
 @contextlib.contextmanager
@@ -590,7 +610,7 @@ def _run_job(cfg: DictConfig, out_dir: str, tag: str, group: str | None,
             raise
         summary = failed_summary(cfg, e, overrides=overrides)
         commit_failure(out_dir, summary)
-        log.error("job failed (on_error=record): %s: %s", type(e).__name__, e)
+        log.error("job failed (on_error=record): %s", summary["error"])
         return summary
 
 
@@ -625,6 +645,14 @@ def cli() -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+    if debug_enabled():
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra's own errors in full too
+    else:
+        # Every config the command line makes, composed and checked before Hydra runs
+        # anything: a user error is one line (Hydra's own report of it is several).
+        problem = check_command_line(sys.argv[1:], CONF_DIR)
+        if problem:
+            sys.exit(one_line(problem))  # exit status 1, as Hydra's own errors
     try:
         main()
     except SystemExit as e:

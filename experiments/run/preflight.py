@@ -15,12 +15,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.paths import project_path
+from experiments.user_error import ConfigError
 from schedulers import registry
-
-
-class ConfigError(ValueError):
-    """A config or command line that cannot run; the message says why and what to type."""
-
 
 # The closest key of the other scheduler (the schedulers' own names for one knob).
 COUNTERPARTS: dict[tuple[str, str], str] = {
@@ -196,10 +192,134 @@ def check_real_executor(cfg_executor: DictConfig | Mapping[str, Any]) -> Path:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Every preflight check of a composed run config (before the job builds anything)."""
+    """Every preflight check of a composed run config (before the job builds anything): the
+    declared ranges (experiments/run/ranges.py), the real executor's checkpoint."""
+    from experiments.run.ranges import check_ranges
+
+    check_ranges(cfg)
     try:
         parse_kv_capacity(cfg.get("kv_capacity_tokens"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if str(OmegaConf.select(cfg, "executor.name", default="")) == "real":
         check_real_executor(cfg.executor)
+
+
+# --- the command line, composed before Hydra runs anything -----------------------------------
+
+_MAX_COMPOSED = 64  # configs composed to check one command line
+
+
+def _command_configs(argv: Sequence[str]) -> list[list[str]] | None:
+    """The override lists whose configs cover every value of the command line: each
+    combination of the group choices (`scheduler=vllm,sglang`) with every swept key at its
+    first value, then each other value of a swept key on its own; None when the command line
+    holds what this does not expand (Hydra then checks it alone)."""
+    from experiments.run.config import GROUPS
+
+    multirun, overrides = _parse(argv)
+    fixed: list[str] = []
+    group_choices: list[list[str]] = []
+    swept: list[tuple[int, list[str]]] = []
+    for ov in overrides:
+        key = ov.key_or_group
+        if ov.is_sweep_override():
+            if not multirun:
+                return None
+            try:
+                values = [f"{ov.get_key_element()}={v}" for v in ov.sweep_string_iterator()]
+            except Exception:
+                return None
+            if key in GROUPS or "/" in key:
+                group_choices.append(values)
+            else:
+                swept.append((len(fixed), values))
+                fixed.append(values[0])
+        else:
+            fixed.append(ov.input_line)
+    combos: list[list[str]] = [[]]
+    for values in group_choices:
+        combos = [[*c, v] for c in combos for v in values]
+    out = [c + fixed for c in combos]
+    for index, values in swept:
+        for value in values[1:]:
+            variant = list(fixed)
+            variant[index] = value
+            out.append(combos[0] + variant)
+    return out[:_MAX_COMPOSED]
+
+
+def _without_schemas(text: str) -> str:
+    """Hydra's "Available options" list without the schemas (`base_*`), on one line."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    options = [ln for ln in lines if ln and "options in" not in ln and not ln.startswith(
+        ("In '", "Config search path", "provider=", "base_", "Could not"))]
+    head = lines[0] if lines else text
+    return f"{head.rstrip('.')}; options: {', '.join(options)}" if options else head
+
+
+def composition_error(error: BaseException, overrides: Sequence[str], config_dir: str
+                      ) -> str:
+    """One line for a config that Hydra cannot compose: a group option that does not exist
+    (its options, without the schemas `base_*`), a key that does not exist (the valid keys,
+    `explain_override_error`), a value of the wrong type (the key, the value, the type)."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from experiments.run.config import explain_override_error, group_options
+
+    if isinstance(error, MissingConfigException):
+        missing = str(getattr(error, "missing_cfg_file", "") or "")
+        group, _, option = missing.rpartition("/")
+        if group and (Path(config_dir) / group).is_dir():
+            import difflib
+
+            options = group_options(group)
+            near = difflib.get_close_matches(option, options, n=1)
+            hint = f" (did you mean {group}={near[0]}?)" if near else ""
+            return (f"{group}={option}: no such option{hint}; options: "
+                    f"{', '.join(options)}")
+        return _without_schemas(str(error))
+    typo = explain_override_error(overrides, config_dir)
+    if typo:
+        return typo
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, OmegaConfBaseException):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+        key = getattr(cause, "full_key", None)
+        msg = str(getattr(cause, "msg", "") or cause).strip().splitlines()[0]
+        return f"{key}: {msg}" if key else msg
+    return " ".join(str(error).split())
+
+
+def check_command_line(argv: Sequence[str], config_dir: str) -> str | None:
+    """Compose the configs of a command line (`_command_configs`) before Hydra runs anything
+    and check them (`check_config`): one line saying what is wrong (a missing option or key,
+    a value of the wrong type or out of its range), or None when all compose and pass."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from experiments.run.config import register_configs
+
+    combos = _command_configs(argv)
+    if not combos:
+        return None
+    register_configs()
+    for overrides in combos:
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=config_dir, version_base=None):
+                cfg = compose(config_name="config", overrides=overrides)
+        except Exception as e:
+            GlobalHydra.instance().clear()
+            return composition_error(e, overrides, config_dir)
+        finally:
+            GlobalHydra.instance().clear()
+        try:
+            check_config(cfg)
+        except ConfigError as e:
+            if str(OmegaConf.select(cfg, "on_error", default="fail")) not in (
+                    "record", "OnError.record"):
+                return str(e)
+    return None

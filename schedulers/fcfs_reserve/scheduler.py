@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from schedulers.config_range import MAX_PAGE_SIZE, MAX_RUNNING, MAX_TOKENS, ranged
 from schedulers.contract import (
     Request,
     ScheduledChunk,
@@ -34,10 +35,13 @@ class FcfsReserveConfig:
     """The scheduler's settings (docs/CONFIG.md lists each under `scheduler=fcfs_reserve`)."""
 
     kv_capacity_tokens: int  # the KV pool in token slots (set from the run's kv_capacity_tokens)
-    page_size: int = 16  # token slots per KV page
-    max_num_seqs: int = 256  # the most requests running at once
-    max_num_batched_tokens: int = 2048  # tokens computed per step, prefill and decode together
-    max_model_len: int | None = None  # the longest prompt + output (None: the pool's size)
+    page_size: int = ranged(16, low=1, high=MAX_PAGE_SIZE)  # token slots per KV page
+    max_num_seqs: int = ranged(  # the most requests running at once
+        256, low=1, high=MAX_RUNNING)
+    max_num_batched_tokens: int = ranged(  # tokens computed per step, prefill and decode together
+        2048, low=1, high=MAX_TOKENS)
+    max_model_len: int | None = ranged(  # the longest prompt + output (None: the pool's size)
+        None, low=1, high=MAX_TOKENS)
 
     def __post_init__(self) -> None:
         for name in ("kv_capacity_tokens", "page_size", "max_num_seqs", "max_num_batched_tokens"):

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.config_range import (
+    INT64_MAX,
+    MAX_PAGE_SIZE,
+    MAX_RUNNING,
+    MAX_TOKENS,
+    ranged,
+)
 from schedulers.eviction import EvictionOptions, config_error
 
 # mirrors python/sglang/srt/managers/schedule_policy.py: CacheAwarePolicy / CacheAgnosticPolicy
@@ -41,30 +48,35 @@ class SglangSchedulerConfig(EvictionOptions):
     """
 
     max_total_tokens: int
-    page_size: int = 1
-    max_running_requests: int | None = None
+    page_size: int = ranged(1, low=1, high=MAX_PAGE_SIZE)
+    max_running_requests: int | None = ranged(None, low=1, high=MAX_RUNNING)
     schedule_policy: str = "fcfs"
-    chunked_prefill_size: int | None = 8192
-    max_prefill_tokens: int = 16384
-    prefill_max_requests: int | None = None
-    schedule_conservativeness: float = 1.0
+    chunked_prefill_size: int | None = ranged(8192, low=1, high=MAX_TOKENS,
+                                              special={-1: "off"})
+    max_prefill_tokens: int = ranged(16384, low=1, high=MAX_TOKENS)
+    prefill_max_requests: int | None = ranged(None, low=1, high=MAX_RUNNING)
+    # scales the reserved decode tokens; beyond 100 no request is ever admitted
+    schedule_conservativeness: float = ranged(1.0, low=0.0, low_open=True, high=100.0)
     enable_priority_scheduling: bool = False
     disable_priority_preemption: bool = False
     schedule_low_priority_values_first: bool = False
-    priority_scheduling_preemption_threshold: int = 10
+    # upstream's help: the minimum priority difference for a preemption
+    priority_scheduling_preemption_threshold: int = ranged(10, low=0, high=INT64_MAX)
     retraction_policy: str = "length"
     disable_overlap_schedule: bool = True
-    context_length: int | None = None
+    context_length: int | None = ranged(None, low=2, high=MAX_TOKENS)
     # environ.py constants (SGLANG_*), kept overridable for experiments
-    init_new_token_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
-    min_new_token_ratio_factor: float = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
-    new_token_ratio_decay_steps: int = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
-    retract_decode_steps: int = 20  # SGLANG_RETRACT_DECODE_STEPS
-    clip_max_new_tokens_estimation: int = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+    # (meanings: conf/scheduler/sglang.yaml); init_new_token_ratio is a share of max_new_tokens
+    # (upstream caps its product with schedule_conservativeness at 1)
+    init_new_token_ratio: float = ranged(0.7, low=0.0, low_open=True, high=1.0)
+    min_new_token_ratio_factor: float = ranged(0.14, low=0.0, high=1.0)
+    new_token_ratio_decay_steps: int = ranged(600, low=1, high=INT64_MAX)
+    retract_decode_steps: int = ranged(20, low=0, high=MAX_TOKENS)
+    clip_max_new_tokens_estimation: int = ranged(4096, low=1, high=MAX_TOKENS)
     enable_waiting_prefix_refresh: bool = True  # SGLANG_ENABLE_WAITING_PREFIX_REFRESH
     # schedule_policy.py module constants (IN_BATCH_PREFIX_CACHING_*_THRESHOLD)
-    in_batch_prefix_caching_check_threshold: int = 32
-    in_batch_prefix_caching_deprioritize_threshold: int = 32
+    in_batch_prefix_caching_check_threshold: int = ranged(32, low=0, high=MAX_TOKENS)
+    in_batch_prefix_caching_deprioritize_threshold: int = ranged(32, low=0, high=MAX_TOKENS)
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, why: str) -> ValueError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.config_range import MAX_PAGE_SIZE, MAX_RUNNING, MAX_TOKENS, ranged
 from schedulers.eviction import EvictionOptions, config_error
 
 POLICIES = ("fcfs", "priority")
@@ -29,13 +30,13 @@ class VllmSchedulerConfig(EvictionOptions):
     """
 
     num_blocks: int
-    block_size: int = 16
-    max_num_seqs: int = 128
-    max_num_batched_tokens: int = 2048
-    max_model_len: int = 4096
-    long_prefill_token_threshold: int = 0
+    block_size: int = ranged(16, low=1, high=MAX_PAGE_SIZE)
+    max_num_seqs: int = ranged(128, low=1, high=MAX_RUNNING)
+    max_num_batched_tokens: int = ranged(2048, low=1, high=MAX_TOKENS)
+    max_model_len: int = ranged(4096, low=1, high=MAX_TOKENS)
+    long_prefill_token_threshold: int = ranged(0, low=0, high=MAX_TOKENS)
     scheduler_reserve_full_isl: bool = True
-    watermark: float = 0.0
+    watermark: float = ranged(0.0, low=0.0, high=1.0, high_open=True)
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
     async_scheduling: bool = False

@@ -39,6 +39,12 @@ from experiments.inputs.workloads.parse import parse_params
 from experiments.inputs.workloads.replay import random_prompts, request_stream, trace_path
 from experiments.inputs.workloads.stream import RequestStream
 from experiments.inputs.workloads.transforms import ReplayOptions, select_records
+from schedulers.config_range import (
+    ALL_AT_ONCE,
+    MAX_RATE,
+    MIN_RATE,
+    ranged,
+)
 from schedulers.contract import Request
 
 FORMATS = ("lengths", "sharegpt")
@@ -65,8 +71,8 @@ class LengthsWorkload(ReplayOptions):
     tokenizer: str | None = None
     streaming: bool = False
     cache_dir: str | None = None
-    request_rate: float = 1.0
-    burstiness: float = 1.0
+    request_rate: float = ranged(1.0, low=MIN_RATE, high=MAX_RATE, special=ALL_AT_ONCE)
+    burstiness: float = ranged(1.0, low=0.01, high=100.0)
 
     def __post_init__(self) -> None:
         ReplayOptions.__post_init__(self)

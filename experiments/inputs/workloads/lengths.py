@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from experiments.inputs.traces import read_trace
+from schedulers.config_range import MAX_GEN_TOKENS, ranged
 
 DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     # name: required parameters (min / max are optional clips for every distribution)
@@ -73,13 +74,13 @@ class LengthDist:
     """
 
     dist: str
-    value: int | None = None
-    low: int | None = None
-    high: int | None = None
-    mean: float | None = None
-    sigma: float | None = None
-    min: int = 1
-    max: int | None = None
+    value: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
+    low: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
+    high: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
+    mean: float | None = ranged(None, low=0.0, low_open=True, high=float(MAX_GEN_TOKENS))
+    sigma: float | None = ranged(None, low=0.0, high=5.0)
+    min: int = ranged(1, low=1, high=MAX_GEN_TOKENS)
+    max: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
     path: str | None = None
     column: str | None = None
 

@@ -23,6 +23,15 @@ from experiments.inputs.workloads.field_error import field_error
 from experiments.inputs.workloads.lengths import LengthDist
 from experiments.inputs.workloads.parse import parse_params
 from experiments.inputs.workloads.tokens import random_tokens, sim_answer
+from schedulers.config_range import (
+    ALL_AT_ONCE,
+    INT64_MAX,
+    MAX_GEN_TOKENS,
+    MAX_RATE,
+    MAX_TOKENS,
+    MIN_RATE,
+    ranged,
+)
 from schedulers.contract import DEFAULT_EOS_TOKEN_ID, Request
 
 
@@ -35,20 +44,21 @@ class MultiTurnWorkload:
     a turn whose prompt plus answer would exceed it. `mode` as in the synthetic generator.
     """
 
-    num_conversations: int
-    conversation_rate: float
+    # every turn is built up front (a turn's prompt holds its conversation's history)
+    num_conversations: int = ranged(low=1, high=10**5)
+    conversation_rate: float = ranged(low=MIN_RATE, high=MAX_RATE, special=ALL_AT_ONCE)
     turns: LengthDist
     user_len: LengthDist
     output_len: LengthDist
-    system_prompt_len: int = 0
-    turn_gap_s: float = 10.0
-    burstiness: float = 1.0
-    max_context_len: int | None = None
+    system_prompt_len: int = ranged(0, low=0, high=MAX_GEN_TOKENS)
+    turn_gap_s: float = ranged(10.0, low=0.0, high=1e6)
+    burstiness: float = ranged(1.0, low=0.01, high=100.0)
+    max_context_len: int | None = ranged(None, low=2, high=MAX_GEN_TOKENS)
     mode: str = "fixed"
-    max_tokens: int | None = None
-    seed: int = 0
-    vocab_size: int = 32000
-    eos_token_id: int = DEFAULT_EOS_TOKEN_ID
+    max_tokens: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
+    seed: int = ranged(0, low=0, high=INT64_MAX)
+    vocab_size: int = ranged(32000, low=16, high=MAX_TOKENS)
+    eos_token_id: int = ranged(DEFAULT_EOS_TOKEN_ID, low=0, high="vocab_size", high_open=True)
 
     def __post_init__(self) -> None:
         bad = partial(field_error, self)

@@ -28,6 +28,14 @@ from experiments.inputs.workloads.field_error import field_error
 from experiments.inputs.workloads.parse import parse_params
 from experiments.inputs.workloads.stream import RequestStream, ordered_stream
 from experiments.paths import project_path
+from schedulers.config_range import (
+    ALL_AT_ONCE,
+    INT64_MAX,
+    MAX_GEN_TOKENS,
+    MAX_RATE,
+    MIN_RATE,
+    ranged,
+)
 from schedulers.contract import Request
 
 TOPICS = (
@@ -65,14 +73,14 @@ class PromptsWorkload:
     capitals, 6 all lengths).
     """
 
-    num_requests: int
-    request_rate: float
+    num_requests: int = ranged(low=1, high=10**5)  # each prompt is tokenized up front
+    request_rate: float = ranged(low=MIN_RATE, high=MAX_RATE, special=ALL_AT_ONCE)
     tokenizer: str = "models/smollm2-135m-instruct"
-    max_tokens: int = 256
-    asks: int = len(ASKS)
-    burstiness: float = 1.0
+    max_tokens: int = ranged(256, low=1, high=MAX_GEN_TOKENS)
+    asks: int = ranged(len(ASKS), low=1, high=len(ASKS))
+    burstiness: float = ranged(1.0, low=0.01, high=100.0)
     output_lengths: str | None = None
-    seed: int = 0
+    seed: int = ranged(0, low=0, high=INT64_MAX)
 
     def __post_init__(self) -> None:
         bad = partial(field_error, self)

@@ -41,6 +41,7 @@ from experiments.inputs.workloads.transforms import (
     output_spec,
     select_records,
 )
+from schedulers.config_range import ranged
 from schedulers.contract import Request
 
 TRACE_DIR_ENV = "SCHEDBENCH_TRACE_DIR"
@@ -81,7 +82,7 @@ class MooncakeWorkload(ReplayOptions):
     file: str = "mooncake/synthetic_trace.jsonl"
     trace_dir: str | None = None
     share_prefixes: bool = True
-    tick_s: float | None = None
+    tick_s: float | None = ranged(None, low=0.0, low_open=True, high=1e6)
 
     def __post_init__(self) -> None:
         ReplayOptions.__post_init__(self)

@@ -18,6 +18,15 @@ from experiments.inputs.workloads.arrivals import arrival_times, check_rate
 from experiments.inputs.workloads.field_error import field_error
 from experiments.inputs.workloads.parse import parse_params
 from experiments.inputs.workloads.tokens import random_tokens
+from schedulers.config_range import (
+    ALL_AT_ONCE,
+    INT64_MAX,
+    MAX_GEN_TOKENS,
+    MAX_RATE,
+    MAX_TOKENS,
+    MIN_RATE,
+    ranged,
+)
 from schedulers.contract import DEFAULT_EOS_TOKEN_ID, Request
 
 
@@ -29,19 +38,20 @@ class SharedPrefixWorkload:
     ignored); "eos" sends `max_tokens` and emits EOS at `output_len`.
     """
 
-    num_groups: int = 64
-    prompts_per_group: int = 16
-    system_prompt_len: int = 2048
-    question_len: int = 128
-    output_len: int = 256
-    request_rate: float = float("inf")
-    burstiness: float = 1.0
+    # every prompt is built up front: groups x prompts_per_group stay within MAX_REQUESTS / 100
+    num_groups: int = ranged(64, low=1, high=2**16)
+    prompts_per_group: int = ranged(16, low=1, high=2**16)
+    system_prompt_len: int = ranged(2048, low=0, high=MAX_GEN_TOKENS)
+    question_len: int = ranged(128, low=1, high=MAX_GEN_TOKENS)
+    output_len: int = ranged(256, low=1, high=MAX_GEN_TOKENS)
+    request_rate: float = ranged(float("inf"), low=MIN_RATE, high=MAX_RATE, special=ALL_AT_ONCE)
+    burstiness: float = ranged(1.0, low=0.01, high=100.0)
     shuffle: bool = True
     mode: str = "fixed"
-    max_tokens: int | None = None
-    seed: int = 0
-    vocab_size: int = 32000
-    eos_token_id: int = DEFAULT_EOS_TOKEN_ID
+    max_tokens: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
+    seed: int = ranged(0, low=0, high=INT64_MAX)
+    vocab_size: int = ranged(32000, low=16, high=MAX_TOKENS)
+    eos_token_id: int = ranged(DEFAULT_EOS_TOKEN_ID, low=0, high="vocab_size", high_open=True)
 
     def __post_init__(self) -> None:
         bad = partial(field_error, self)

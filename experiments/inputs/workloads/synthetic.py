@@ -27,12 +27,22 @@ from experiments.inputs.workloads.lengths import LengthDist
 from experiments.inputs.workloads.parse import parse_params
 from experiments.inputs.workloads.stream import RequestStream, ordered_stream
 from experiments.inputs.workloads.tokens import LOW_TOKEN_ID, random_tokens
+from schedulers.config_range import (
+    ALL_AT_ONCE,
+    INT64_MAX,
+    MAX_GEN_TOKENS,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    MIN_RATE,
+    ranged,
+)
 from schedulers.contract import DEFAULT_EOS_TOKEN_ID, Request
 
 MODES = ("fixed", "eos")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyntheticWorkload:
     """Parameters of the synthetic generator (see the module docstring).
 
@@ -41,18 +51,18 @@ class SyntheticWorkload:
     drawn prompt shorter than the prefix is lengthened to prefix + 1).
     """
 
-    num_requests: int
-    request_rate: float
+    num_requests: int = ranged(low=1, high=MAX_REQUESTS)
+    request_rate: float = ranged(low=MIN_RATE, high=MAX_RATE, special=ALL_AT_ONCE)
     prompt_len: LengthDist
     output_len: LengthDist
-    seed: int = 0
-    burstiness: float = 1.0
+    seed: int = ranged(0, low=0, high=INT64_MAX)
+    burstiness: float = ranged(1.0, low=0.01, high=100.0)
     mode: str = "fixed"
-    max_tokens: int | None = None
-    vocab_size: int = 32000
-    eos_token_id: int = DEFAULT_EOS_TOKEN_ID
-    shared_prefix_len: int = 0
-    num_prefix_groups: int = 1
+    max_tokens: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
+    vocab_size: int = ranged(32000, low=16, high=MAX_TOKENS)
+    eos_token_id: int = ranged(DEFAULT_EOS_TOKEN_ID, low=0, high="vocab_size", high_open=True)
+    shared_prefix_len: int = ranged(0, low=0, high=MAX_GEN_TOKENS)
+    num_prefix_groups: int = ranged(1, low=1, high=2**16)
 
     def __post_init__(self) -> None:
         bad = partial(field_error, self)

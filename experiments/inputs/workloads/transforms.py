@@ -17,11 +17,19 @@ from functools import partial
 
 from experiments.inputs.traces import TraceRecord
 from experiments.inputs.workloads.field_error import field_error
+from schedulers.config_range import (
+    INT64_MAX,
+    MAX_GEN_TOKENS,
+    MAX_TOKENS,
+    ranged,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_TOKENS_POLICIES = ("trace", "trace_eos", "fixed", "cap_eos")
 LONG_INPUT_POLICIES = ("drop", "clip")
+# The most realisations of one config (workload.realization): beyond it a sweep is a mistake.
+MAX_REALIZATION = 1_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,17 +42,18 @@ class ReplayOptions:
     gaps (more load). `max_tokens_policy` and `max_tokens`: see `output_spec`.
     """
 
-    seed: int = 0
-    realization: int = 0  # k > 0: the k-th disjoint window of the trace (select_records)
-    time_window: list[float] | None = None
-    max_requests: int | None = None
-    rate_scale: float = 1.0
-    max_input_len: int | None = None
+    seed: int = ranged(0, low=0, high=INT64_MAX)
+    # k > 0: the k-th disjoint window of the trace (select_records)
+    realization: int = ranged(0, low=0, high=MAX_REALIZATION)
+    time_window: list[float] | None = ranged(None, low=0.0, high=1e10)  # each of [start, end]
+    max_requests: int | None = ranged(None, low=1, high=INT64_MAX)
+    rate_scale: float = ranged(1.0, low=1e-6, high=1e6)
+    max_input_len: int | None = ranged(None, low=1, high=MAX_TOKENS)
     long_inputs: str = "drop"
     max_tokens_policy: str = "trace"
-    max_tokens: int | None = None
-    vocab_size: int = 32000
-    eos_token_id: int = 2
+    max_tokens: int | None = ranged(None, low=1, high=MAX_GEN_TOKENS)
+    vocab_size: int = ranged(32000, low=16, high=MAX_TOKENS)
+    eos_token_id: int = ranged(2, low=0, high="vocab_size", high_open=True)
 
     def __post_init__(self) -> None:
         bad = partial(field_error, self)

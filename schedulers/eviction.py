@@ -37,9 +37,9 @@ class EvictionOptions:
     host_kv_capacity_tokens: int = ranged(  # swap: host slots, a page-size multiple (0: recompute)
         0, low=0, high=MAX_KV_SLOTS, why=MEMORY_WHY)
     victim_policy: str = "default"
-    # seeds victim_policy=random (and SGLang's schedule_policy=random); a run's config leaves
-    # it null: the run's seed of its realisation (experiments/run/main.py)
-    random_seed: int = ranged(0, low=0, high=INT64_MAX)
+    # a run's config leaves it null: the run's seed of its realisation (experiments/run/main.py)
+    random_seed: int = ranged(  # seeds victim_policy=random, SGLang's schedule_policy=random
+        0, low=0, high=INT64_MAX)
 
     def check_eviction_options(self, owner: str, page_size: int) -> None:
         """Raise ValueError naming `owner`, the field, its value and what is valid."""

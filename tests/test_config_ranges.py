@@ -70,7 +70,8 @@ ACCEPTED_BEFORE = [
      "workload.num_conversations=0: out of range"),
     # item 7: refused before the run, the bound derived from memory, and time
     (["kv_capacity_tokens=100000000000"],
-     "kv_capacity_tokens=100000000000: too large; valid: [1, 2^26] (the bound of host memory"),
+     "kv_capacity_tokens=100000000000: too large; valid: auto (the pool vLLM leaves on the "
+     "hardware) or [1, 2^26] (the bound of host memory"),
     (["executor.step_overhead_s=inf"], "executor.step_overhead_s=inf: must be a finite"),
     (["executor.step_overhead_s=1e308"], "executor.step_overhead_s=1e+308: too large; valid: "
                                           "[0, 60]"),
@@ -127,10 +128,10 @@ def test_a_command_line_is_composed_and_checked_before_hydra_runs() -> None:
         "workload.request_rate=1e-300: out of range; valid: inf (all at t=0) or "
         "[0.0001, 1e9]")
     assert check_command_line(["kv_capacity_tokens=abc"], CONF_DIR) == (
-        "kv_capacity_tokens: Value 'abc' of type 'str' could not be converted to Integer")
+        "kv_capacity_tokens='abc': must be a number, not str")
     said = check_command_line(["scheduler=sglnag"], CONF_DIR)
     assert said == ("scheduler=sglnag: no such option (did you mean scheduler=sglang?); "
-                    "options: fcfs_reserve, sglang, vllm")
+                    "options: fcfs_reserve, sglang, sglang_optimistic, vllm")
     said = check_command_line(["scheduler.max_num_seq=3"], CONF_DIR)
     assert said is not None and said.startswith(
         "override 'scheduler.max_num_seq=3': scheduler has no key 'max_num_seq'; valid keys:")
@@ -152,7 +153,8 @@ def test_user_errors_are_one_line_and_the_traceback_only_when_debugging(tmp_path
     job = f"hydra.run.dir={tmp_path / 'job'}"
     for args, says in (
         (["scheduler=sglnag"], "error: scheduler=sglnag: no such option (did you mean "
-                               "scheduler=sglang?); options: fcfs_reserve, sglang, vllm"),
+                               "scheduler=sglang?); options: fcfs_reserve, sglang, "
+                               "sglang_optimistic, vllm"),
         (["scheduler.max_num_seq=3"], "error: override 'scheduler.max_num_seq=3': scheduler "
                                       "has no key 'max_num_seq'; valid keys: "),
         (["workload=lengths", f"workload.file={csv}", "workload.max_tokens_policy=cap_oes"],

@@ -28,7 +28,8 @@ def job_config(*overrides: str) -> DictConfig:
 
 @pytest.mark.parametrize(("overrides", "message"), [
     # the declared ranges (experiments/run/ranges.py)
-    (["kv_capacity_tokens=0"], r"kv_capacity_tokens=0: out of range; valid: \[1, 2\^26\]"),
+    (["kv_capacity_tokens=0"], r"kv_capacity_tokens=0: out of range; valid: auto \(the pool "
+     r"vLLM leaves on the hardware\) or \[1, 2\^26\]"),
     (["kv_capacity_tokens=-64", "scheduler=sglang"], r"kv_capacity_tokens=-64: out of range"),
     (["max_model_len=0"], r"max_model_len=0: out of range; valid: \[1, 2\^24\]"),
     (["kv_capacity_tokens=1000"],

@@ -33,7 +33,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,6 +271,24 @@ def lm_head_ms(times: OperatorTimes, model: ModelSpec, rows: int) -> float:
     return times.op("mlp_up_proj", rows) * ratio
 
 
+
+def step_shape(chunks: Sequence[ScheduledChunk],
+               prefill_attention: Callable[[int, int], float]) -> tuple[int, int, int, float]:
+    """A step's shape as the cost models price it: its tokens, its decodes (one-token
+    chunks), the sum of their prior contexts, and the prefill attention of the other chunks
+    (`prefill_attention(length, prior context)` summed)."""
+    t = n_dec = dec_ctx = 0
+    attention = 0.0
+    for c in chunks:
+        n = len(c.token_ids)
+        t += n
+        if n == 1:
+            n_dec += 1
+            dec_ctx += c.start_pos
+        else:
+            attention += prefill_attention(n, c.start_pos)
+    return t, n_dec, dec_ctx, attention
+
 class MeasuredCostModel:
     """A step's seconds from a measured profile (see the module docstring)."""
 
@@ -325,16 +343,7 @@ class MeasuredCostModel:
         chunk's length and prior context)."""
         if not chunks:
             return 0.0
-        t = n_dec = dec_ctx = 0
-        attention = 0.0
-        for c in chunks:
-            n = len(c.token_ids)
-            t += n
-            if n == 1:
-                n_dec += 1
-                dec_ctx += c.start_pos
-            else:
-                attention += self.times.prefill_attention(n, c.start_pos)
+        t, n_dec, dec_ctx, attention = step_shape(chunks, self.times.prefill_attention)
         if n_dec:
             attention += self.times.decode_attention(n_dec, dec_ctx / n_dec)
         return self._step_ms(t, len(chunks), attention) * 1e-3 + self.step_overhead_s
@@ -469,16 +478,7 @@ class FittedRooflineCostModel:
         """Seconds of a step running these chunks."""
         if not chunks:
             return 0.0
-        t = n_dec = dec_ctx = 0
-        attention = 0.0
-        for c in chunks:
-            n = len(c.token_ids)
-            t += n
-            if n == 1:
-                n_dec += 1
-                dec_ctx += c.start_pos
-            else:
-                attention += self.layer.prefill_attention(n, c.start_pos)
+        t, n_dec, dec_ctx, attention = step_shape(chunks, self.layer.prefill_attention)
         if n_dec:
             attention += self.layer.decode_attention(n_dec, dec_ctx)
         return self._layers * (self.layer.linear(t) + attention) + self._lm_head(len(chunks)) \

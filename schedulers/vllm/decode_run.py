@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from schedulers.contract import DecodeRun, DecodeRunStats
+from schedulers.contract import DecodeRun, DecodeRunStats, StepPlan
 from schedulers.vllm.kv_cache_manager import cdiv
 from schedulers.vllm.request import VllmRequest
 
@@ -53,8 +53,15 @@ class VllmDecodeRuns:
         s = self.scheduler
         return s.policy == "fcfs" and bool(s.waiting)
 
-    def next_run(self, limit: int) -> DecodeRun | None:
+    def next_run(self, limit: int, pipelined: bool = False) -> DecodeRun | None:
         """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
+
+        `pipelined` (the async scheduler, its caller having checked that the plan in flight
+        decodes every running request and samples no stop token): each request has computed
+        every known token and holds one placeholder, and the run's first commit appends the
+        in-flight plan's token, so a run of `k` loop calls appends `k` tokens and must finish
+        nothing (one fewer than the synchronous bound: the call that finishes a request
+        plans the next step with it still in, and runs step by step).
 
         When every running request owes one token within the budget and the next step's
         admission loop would stop at a misfit, at max_num_seqs or an empty queue (known
@@ -71,10 +78,11 @@ class VllmDecodeRuns:
         running = s.running
         if limit <= 0 or not running or len(running) > s.max_num_scheduled_tokens:
             return None
-        for r in running:  # each owes exactly its last output token
-            if (len(r.all_token_ids) - r.num_computed_tokens != 1
-                    or len(r.all_token_ids) == r.num_prompt_tokens):
-                return None
+        if not pipelined:
+            for r in running:  # each owes exactly its last output token
+                if (len(r.all_token_ids) - r.num_computed_tokens != 1
+                        or len(r.all_token_ids) == r.num_prompt_tokens):
+                    return None
         bs = s.block_size
         kv = s.kv_cache_manager
         head = s.waiting.peek_request() if s.waiting else None
@@ -87,10 +95,13 @@ class VllmDecodeRuns:
                     return None
         max_model_len = s.max_model_len
         k = limit
+        slack = 1 if pipelined else 0
         for r in running:
             # step j appends output number num_output_tokens + j + 1: the step that reaches
-            # max_tokens or max_model_len finishes the request and ends the run
-            k = min(k, r.max_tokens - r.num_output_tokens, max_model_len - r.num_tokens)
+            # max_tokens or max_model_len finishes the request and ends the run (pipelined:
+            # the run's calls must all stay below both)
+            k = min(k, r.max_tokens - r.num_output_tokens - slack,
+                    max_model_len - r.num_tokens - slack)
         if k <= 0:
             return None
         # The first step whose block allocations exceed the free blocks would preempt.
@@ -211,6 +222,84 @@ class VllmDecodeRuns:
         s = self.scheduler
         num_steps = run.num_steps(tokens)
         kv = s.kv_cache_manager
+        running = s.running
+        used, cached = self._allocate(num_steps)
+        for r, toks in zip(running, tokens):
+            r.append_output_token_ids(toks)
+        # Then each request caches the blocks it filled. Step by step, upstream interleaves
+        # these inserts with the other requests' and with the evictions above; the hashes of
+        # blocks holding different requests' outputs differ, so the hash map ends the same.
+        req_to_blocks = kv.req_to_blocks
+        for r in running:
+            kv._cache_blocks(r, req_to_blocks[r.request_id], r.num_computed_tokens + num_steps)
+        for r in running:
+            r.num_computed_tokens += num_steps
+        s.step_count += num_steps
+        # The last step may finish requests (a stop token or a length cap), as
+        # update_from_output would.
+        finished: list[tuple[str, str]] = []
+        for r, toks in zip(running, tokens):
+            s.finish_if_stopped(r, toks[-1], finished)
+        num_running = len(running)
+        if finished:
+            pool = kv.block_pool
+            s.drop_finished_from_running()
+            used[-1] = (s.num_usable_blocks - pool.free_block_queue.num_free_blocks) * s.block_size
+            cached[-1] = pool.num_free_cached_blocks * s.block_size
+        return DecodeRunStats(used, cached, num_running, len(s.waiting), finished,
+                              len(s.running))
+
+    def commit_pipelined(self, run: DecodeRun, tokens: list[list[int]]
+                         ) -> tuple[StepPlan, DecodeRunStats]:
+        """Commit `k = len(tokens[0])` calls of the batch-queue loop over `run` (the async
+        scheduler; `next_run(..., pipelined=True)`): call `j` plans the run's step `j` and
+        commits the plan before it (for `j = 0`, the plan in flight), whose sampled tokens are
+        `tokens[i][j]`. The state is the one those calls leave, one by one: the run's last
+        plan (step `k - 1`, its placeholder unfilled) is made and returned for the engine to
+        launch, and it is the one plan in flight. The stats are the `k` commits' (each after
+        its call's plan was made).
+        """
+        s = self.scheduler
+        k = run.num_steps(tokens)
+        kv = s.kv_cache_manager
+        running = s.running
+        # The k plans' allocations; the last plan is made with the first k - 1 tokens known.
+        used, cached = self._allocate(k)
+        for r, toks in zip(running, tokens):
+            r.append_output_token_ids(toks[:-1])
+            r.num_computed_tokens += k - 1
+        s.step_count += k
+        if s.host_pool is not None:
+            s.host_pool.commit()
+            s._swap_out, s._swap_in, s._swap_fallbacks = [], [], []
+        # mirrors Scheduler.schedule for the last call's plan: one token for each running
+        # request (its placeholder), nothing else; AsyncScheduler._update_after_schedule
+        # counts its in-flight token and placeholder
+        plan = s._make_plan(running, [], {r.request_id: 1 for r in running}, [], [])
+        # Then that call commits the plan before it: AsyncScheduler._update_request_with_output
+        # (one placeholder resolved, blocks cached up to the positions whose tokens are known;
+        # as in `commit`, upstream's interleaving of these inserts leaves the same hash map)
+        req_to_blocks = kv.req_to_blocks
+        for r, toks in zip(running, tokens):
+            r.append_output_token_ids(toks[-1:])
+            r.num_output_placeholders -= 1
+            r.num_in_flight_tokens -= 1
+            kv._cache_blocks(r, req_to_blocks[r.request_id],
+                             r.num_computed_tokens - r.num_output_placeholders)
+        num_running = len(running)
+        return plan, DecodeRunStats(used, cached, num_running, len(s.waiting), [], num_running)
+
+    def _allocate(self, num_steps: int) -> tuple[list[int], list[int]]:
+        """Give the running requests the blocks `num_steps` decode steps allocate (step `j`
+        computes position `num_computed_tokens + j` of each); returns the used and the free
+        cached slots after each step's allocations.
+
+        Per step, upstream gives each running request, in order, a new block when its token
+        crosses a block boundary; the allocations are replayed in the same (step, request)
+        order, so every block id and eviction matches.
+        """
+        s = self.scheduler
+        kv = s.kv_cache_manager
         pool = kv.block_pool
         bs = s.block_size
         running = s.running
@@ -220,7 +309,6 @@ class VllmDecodeRuns:
             while j < num_steps:
                 allocs.append((j, i))
                 j += bs
-            r.append_output_token_ids(tokens[i])
         allocs.sort()
         # Blocks leave the free queue head in (step, request) order, evicting cached ones.
         queue = pool.free_block_queue
@@ -233,11 +321,6 @@ class VllmDecodeRuns:
             rid = running[i].request_id
             req_to_blocks[rid].append(blk)
             req_to_block_ids[rid].append(blk.block_id)
-        # Then each request caches the blocks it filled. Step by step, upstream interleaves
-        # these inserts with the other requests' and with the evictions above; the hashes of
-        # blocks holding different requests' outputs differ, so the hash map ends the same.
-        for r in running:
-            kv._cache_blocks(r, req_to_blocks[r.request_id], r.num_computed_tokens + num_steps)
         usable = s.num_usable_blocks
         used: list[int] = []
         cached: list[int] = []
@@ -249,18 +332,4 @@ class VllmDecodeRuns:
                 at += 1
             used.append((usable - num_free) * bs)
             cached.append(num_cached * bs)
-        for r in running:
-            r.num_computed_tokens += num_steps
-        s.step_count += num_steps
-        # The last step may finish requests (a stop token or a length cap), as
-        # update_from_output would.
-        finished: list[tuple[str, str]] = []
-        for r, toks in zip(running, tokens):
-            s.finish_if_stopped(r, toks[-1], finished)
-        num_running = len(running)
-        if finished:
-            s.drop_finished_from_running()
-            used[-1] = (usable - queue.num_free_blocks) * bs
-            cached[-1] = pool.num_free_cached_blocks * bs
-        return DecodeRunStats(used, cached, num_running, len(s.waiting), finished,
-                              len(s.running))
+        return used, cached

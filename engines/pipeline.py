@@ -24,8 +24,8 @@ blocks after the next plan is made, and a token sampled by the step in flight is
 placeholder in the next plan (`fill_placeholders`). Each committed plan is one step row
 (engines/records.py): `start_time`, `duration_s` and the commit at their sum as above, plus
 `planned_at` and `in_flight` (the plans launched and not yet committed when it was made).
-A plan without chunks or swaps is not executed (no time). Decode runs are the synchronous
-loop's only.
+A plan without chunks or swaps is not executed (no time). Steady calls are committed at once
+as decode runs (`BatchQueueLoop._decode_run`; DESIGN.md, "Decode runs").
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ class BatchQueueLoop:
         virtual = executor.decode_run_tokens(run, last)
         sampled = first.result.sampled_token_ids
         tokens = [[sampled[rid], *toks]
-                  for rid, toks in zip(run.request_ids, virtual, strict=True)]
+                  for rid, toks in zip(run.request_ids, virtual)]
         plan, stats = sched.commit_pipelined_decode_run(run, tokens)
         # The arrivals change no decision of the run, and the run nothing they see: admitted
         # now, they count as waiting from their call's commit on.
@@ -244,7 +244,7 @@ class BatchQueueLoop:
             waiting[1:], [], stats.num_running), planned_at=planned[:last], in_flight=1)
         # The last call's plan: its placeholders hold the tokens of the step before it.
         previous = StepResult(
-            {rid: toks[-1] for rid, toks in zip(run.request_ids, tokens, strict=True)}, 0.0)
+            {rid: toks[-1] for rid, toks in zip(run.request_ids, tokens)}, 0.0)
         self.previous = previous
         self.executor_free = ends[-1]
         self._launch_plan(plan, planned[last])  # with one plan in flight, as upstream's

@@ -154,7 +154,7 @@ class AsyncVllmScheduler(VllmScheduler):
                 or in_flight.has_swaps):
             return None
         sampled = result.sampled_token_ids
-        for r, c in zip(running, chunks, strict=True):
+        for r, c in zip(running, chunks):
             if (c.request_id != r.request_id or len(c.token_ids) != 1 or not c.sample
                     or r.num_output_placeholders != 1 or r.num_in_flight_tokens != 1
                     or r.num_stale_output_tokens

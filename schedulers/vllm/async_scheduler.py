@@ -144,23 +144,34 @@ class AsyncVllmScheduler(VllmScheduler):
     def pipelined_decode_run(self, limit: int, in_flight: StepPlan, result: StepResult
                              ) -> DecodeRun | None:
         """The steady loop calls ahead (at most `limit`) while `in_flight` (the one plan in
-        flight, sampling `result`) is committed: it must decode every running request, in
-        running order, one token each, sample no stop token, and be all they have in flight
-        (no stale output, one placeholder each, every known token computed). The run's step
-        `j` is the plan the run's call `j` makes; see `VllmDecodeRuns.next_run`."""
-        running = self.running
-        chunks = in_flight.chunks
-        if (len(chunks) != len(running) or in_flight.preempted or in_flight.aborted
-                or in_flight.has_swaps):
+        flight, sampling `result`) is committed: its chunks of live requests must be every
+        running request's, in running order, each sampling a token that is no stop token
+        (a chunk of a request that has ended since is dropped at the commit, as
+        `update_from_output` drops it), and be all they have in flight (no stale output, one
+        placeholder each, every known token computed). The run's step `j` is the plan the
+        run's call `j` makes; see `VllmDecodeRuns.next_run`."""
+        if in_flight.preempted or in_flight.aborted or in_flight.has_swaps:
             return None
+        running = self.running
+        requests = self.requests
         sampled = result.sampled_token_ids
-        for r, c in zip(running, chunks):
-            if (c.request_id != r.request_id or len(c.token_ids) != 1 or not c.sample
-                    or r.num_output_placeholders != 1 or r.num_in_flight_tokens != 1
-                    or r.num_stale_output_tokens
+        i = 0
+        n = len(running)
+        for c in in_flight.chunks:
+            if c.request_id not in requests:
+                continue  # ended while the plan was in flight
+            if i == n:
+                return None
+            r = running[i]
+            i += 1
+            if (c.request_id != r.request_id or not c.sample
+                    or r.num_in_flight_tokens != len(c.token_ids)
+                    or r.num_output_placeholders != 1 or r.num_stale_output_tokens
                     or len(r.all_token_ids) != r.num_computed_tokens
                     or sampled[r.request_id] == r.eos_token_id):
                 return None
+        if i != n:
+            return None
         return self.decode_runs.next_run(limit, pipelined=True)
 
     def commit_pipelined_decode_run(self, run: DecodeRun, tokens: list[list[int]]

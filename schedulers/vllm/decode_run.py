@@ -283,7 +283,7 @@ class VllmDecodeRuns:
         for r, toks in zip(running, tokens):
             r.append_output_token_ids(toks[-1:])
             r.num_output_placeholders -= 1
-            r.num_in_flight_tokens -= 1
+            r.num_in_flight_tokens = 1  # the last plan's: every earlier one is committed
             kv._cache_blocks(r, req_to_blocks[r.request_id],
                              r.num_computed_tokens - r.num_output_placeholders)
         num_running = len(running)

@@ -174,7 +174,10 @@ class BatchQueueLoop:
         run = sched.pipelined_decode_run(limit, first.plan, first.result)
         if run is None:
             return None
-        k = executor.decode_run_limit(run)  # the last call's plan may sample a stop token
+        # The run's step j is the plan call j makes; call j + 1 commits it. Only the last
+        # call's commit may finish requests: the executor's first stop token is in step
+        # `limit - 1` at the latest, so the run has at most `limit + 1` calls.
+        k = min(executor.decode_run_limit(run) + 1, run.max_steps)
         through_arrivals = sched.arrivals_keep_decode_run()
         due: list[tuple[Request, float, int]] = []  # (request, admitted at, call)
         batch = len(run.seq_lens)
@@ -237,11 +240,12 @@ class BatchQueueLoop:
                 for call in range(j, calls):
                     waiting[call] += 1
         # Calls 1 .. calls - 1 commit the run's steps 0 .. calls - 2: one decode segment,
-        # each planned one call earlier with one plan in flight.
+        # each planned one call earlier with one plan in flight (the last may finish).
         segment = DecodeRun(run.request_ids, run.seq_lens, last, run.forward_mode)
         rec.on_decode_run(segment, starts, ends, DecodeRunStats(
             stats.kv_used_tokens[1:], stats.kv_cached_tokens[1:], stats.num_running,
-            waiting[1:], [], stats.num_running), planned_at=planned[:last], in_flight=1)
+            waiting[1:], stats.finished, stats.num_running_after),
+            planned_at=planned[:last], in_flight=1)
         # The last call's plan: its placeholders hold the tokens of the step before it.
         previous = StepResult(
             {rid: toks[-1] for rid, toks in zip(run.request_ids, tokens)}, 0.0)
@@ -249,6 +253,7 @@ class BatchQueueLoop:
         self.executor_free = ends[-1]
         self._launch_plan(plan, planned[last])  # with one plan in flight, as upstream's
         self.queue.pop()  # `first`, committed by call 0
+        self.ended = [rid for rid, _ in stats.finished]  # by the last call's commit
         eng.num_decode_run_steps += calls
         return max(planned[last], ends[-1])  # call `last` committed step last - 1
 

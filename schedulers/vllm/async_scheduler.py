@@ -37,8 +37,8 @@ from schedulers.contract import (
     StepResult,
 )
 from schedulers.vllm.config import VllmSchedulerConfig
-from schedulers.vllm.request import RequestStatus, VllmRequest
-from schedulers.vllm.scheduler import FINISH_REASONS, VllmScheduler
+from schedulers.vllm.request import FINISH_REASONS, RequestStatus, VllmRequest
+from schedulers.vllm.scheduler import VllmScheduler
 
 
 class AsyncVllmScheduler(VllmScheduler):
@@ -177,4 +177,4 @@ class AsyncVllmScheduler(VllmScheduler):
     def commit_pipelined_decode_run(self, run: DecodeRun, tokens: list[list[int]]
                                     ) -> tuple[StepPlan, DecodeRunStats]:
         """schedulers.contract.PipelinedDecodeRunScheduler.commit_pipelined_decode_run"""
-        return self.decode_runs.commit_pipelined(run, tokens)
+        return self.decode_runs.commit_pipelined(run, tokens, self._commit_token)

@@ -220,3 +220,23 @@ def test_a_run_ends_before_it_evicts_the_waiting_heads_hit() -> None:
         assert int(pa.compute.sum(reqs_a.column("num_preemptions")).as_py()) > 0, kind
         assert same(reqs_a, reqs_b) and same(steps_a, steps_b), kind
         assert engine.num_decode_run_steps > 0, kind
+
+
+def test_pipelined_runs_stop_at_max_steps_where_the_calls_one_by_one_do() -> None:
+    """A run in the batch-queue loop never launches past `max_steps`: the step limit stops
+    the replay at the same step, clock and live requests as without runs."""
+    from engines.errors import StepLimitError
+
+    spec: Spec = [(0.0, 40, 400, 400, True, 0, i % 2) for i in range(12)]
+    for max_steps in (5, 333, 1000):
+        messages = []
+        for decode_runs in (False, True):
+            engine = Engine(build("vllm_async", 2048, 16, "fcfs", 0),
+                            SimExecutor(TINY, HW, step_overhead_s=0.001), make_requests(spec),
+                            decode_runs=decode_runs, max_steps=max_steps)
+            try:
+                engine.run()
+                messages.append("")
+            except StepLimitError as e:
+                messages.append(f"{e} after {engine.recorder.num_steps} steps")
+        assert messages[0] and messages[0] == messages[1], max_steps

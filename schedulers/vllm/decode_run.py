@@ -278,13 +278,13 @@ class VllmDecodeRuns:
                         and r.num_computed_tokens + k < max_model_len]
         skipped = len(last_planned) < len(running)
         # The k plans' allocations (the skipped requests' none in the last); the last plan is
-        # made with the first k - 1 tokens committed and cached.
+        # made with the first k - 1 tokens committed (their blocks are cached with the last
+        # token's, below: each call caches only its requests' own filled blocks).
         used, cached = self._allocate(k, last_planned if skipped else running)
         for r, toks in zip(running, tokens):
             r.append_output_token_ids(toks[:-1])
             r.num_computed_tokens += k - 1
             r.num_in_flight_tokens = 1  # the last virtual plan's: every earlier one committed
-            kv.cache_blocks(r, r.num_computed_tokens - r.num_output_placeholders)
         s.step_count += k
         if s.host_pool is not None:
             s.host_pool.commit()

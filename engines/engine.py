@@ -17,11 +17,11 @@ batch queue, SGLang's overlap loop). Each iteration of the synchronous loop:
    exception from it stops the run with `InvariantViolation`, naming the step and the clock.
 After a steady decode step, when the scheduler and the executor both support decode runs
 (`decode_runs=True`, the default, and no `check`), the engine commits the steady steps ahead
-at once (DESIGN.md, "Decode runs"): the scheduler bounds the run (`decode_run`), the executor
-ends it at the first stop token (`decode_run_limit`), arrivals either end it or, when they
-change nothing (`arrivals_keep_decode_run`), are admitted at their step boundaries, and the
-scheduler, executor and recorder commit it with the same results, to the byte, as
-the step-by-step loop.
+at once (DESIGN.md, "Decode runs"; the batch-queue loop's runs are in engines/pipeline.py):
+the scheduler bounds the run (`decode_run`), the executor ends it at the first stop token
+(`decode_run_limit`), arrivals either end it or, when they change nothing
+(`arrivals_keep_decode_run`), are admitted at their step boundaries, and the scheduler,
+executor and recorder commit it with the same results, to the byte, as the step-by-step loop.
 A plan without chunks that aborts or finishes nothing while work is pending jumps the clock to
 the next arrival, or, when none is due, raises `DeadlockError` naming the stuck requests (a
 scheduler gets two more tries first: SGLang legitimately idles for one step after its last
@@ -58,6 +58,7 @@ from schedulers.contract import (
     DecodeRunScheduler,
     EngineLoop,
     LoopDeclaringScheduler,
+    PipelinedDecodeRunScheduler,
     Request,
     Scheduler,
     StepPlan,
@@ -170,7 +171,12 @@ class Engine:
             (scheduler, executor) if decode_runs and not self.loop.pipelined
             and isinstance(scheduler, DecodeRunScheduler)
             and isinstance(executor, DecodeRunExecutor) else None)
-        self.decode_runs = self._runs is not None
+        # the batch-queue loop's runs (engines/pipeline.py)
+        self.pipelined_runs: tuple[PipelinedDecodeRunScheduler, DecodeRunExecutor] | None = (
+            (scheduler, executor) if decode_runs and self.loop.pipelined
+            and isinstance(scheduler, PipelinedDecodeRunScheduler)
+            and isinstance(executor, DecodeRunExecutor) else None)
+        self.decode_runs = self._runs is not None or self.pipelined_runs is not None
         self.num_decode_run_steps = 0
 
     def run_check(self, clock: float) -> None:

@@ -34,8 +34,8 @@ blocks after the next plan is made, and a token sampled by the step in flight is
 placeholder in the next plan (`fill_placeholders`). Each committed plan is one step row
 (engines/records.py): `start_time`, `duration_s` and the commit at their sum as above, plus
 `planned_at` and `in_flight` (the plans launched and not yet committed when it was made).
-A plan without chunks or swaps is not executed (no time). Decode runs are the synchronous
-loop's only.
+A plan without chunks or swaps is not executed (no time). Steady calls are committed at once
+as decode runs (`BatchQueueLoop._decode_run`; DESIGN.md, "Decode runs").
 """
 
 from __future__ import annotations
@@ -47,10 +47,20 @@ from typing import TYPE_CHECKING
 
 from engines.arrivals import check_clock, next_arrival_clock
 from engines.errors import DeadlockError, StepLimitError
-from engines.executors.base import ReleasingExecutor
+from engines.executors.base import DecodeRunExecutor, ReleasingExecutor
 from engines.livelock import format_ids
 from engines.records import Launched
-from schedulers.contract import PLACEHOLDER_TOKEN_ID, StepPlan, StepResult
+from schedulers.contract import (
+    PLACEHOLDER_TOKEN_ID,
+    DecodeRun,
+    DecodeRunStats,
+    PipelinedDecodeRunScheduler,
+    Request,
+    SchedulerStats,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
 
 if TYPE_CHECKING:
     from engines.engine import Engine
@@ -58,6 +68,8 @@ if TYPE_CHECKING:
 # Consecutive loop calls that compute and finish nothing before the clock jumps to the next
 # arrival (or, with none due, a deadlock); as the synchronous loop's `_MAX_EMPTY_PLANS`.
 _MAX_IDLE_CALLS = 3
+# The most loop calls a decode run commits at once (as engines.engine's _MAX_RUN_STEPS).
+_MAX_RUN_CALLS = 4096
 
 
 @dataclass(slots=True)
@@ -130,6 +142,7 @@ class BatchQueueLoop:
         queue = self.queue
         check_clock(clock, -math.inf, "the start")  # then every step's end (`_launch`)
         self.executor_free = clock
+        runs = eng.pipelined_runs if eng.check is None else None
         while True:
             for rid in rec.release_ended():
                 eng.watch.forget(rid)
@@ -143,6 +156,12 @@ class BatchQueueLoop:
                     return clock
                 clock = next_arrival_clock(clock, arrivals)
                 continue
+            if busy and runs is not None and len(queue) == 1:
+                after = self._decode_run(clock, runs)
+                if after is not None:
+                    clock = after
+                    self.idle = 0
+                    continue
             progress = False
             if busy:
                 plan = self._launch(clock)
@@ -166,6 +185,114 @@ class BatchQueueLoop:
                 self._commit(idle)
             clock = self._count_idle(progress, clock)
 
+    def _decode_run(self, clock: float,
+                    runs: tuple[PipelinedDecodeRunScheduler, DecodeRunExecutor]
+                    ) -> float | None:
+        """Run the steady loop calls ahead at once (DESIGN.md, "Decode runs"), with the one
+        queued plan in flight and the arrivals due at `clock` admitted; returns the clock
+        after the run, or None when there is none (fewer than two calls).
+
+        Call `j` of a run is the loop's call at clock `c_j` (`c_0 = clock`): the arrivals due
+        by `c_j` (admitted then, when the scheduler says they change nothing, else the run
+        stops before that call), the plan of the run's step `j` made at `c_j` and started
+        when the executor is free, and the plan before it committed at its end, `c_{j+1}`.
+        The last call's plan is made by the scheduler, executed and queued as any other; the
+        others are not built, their durations are `decode_step_seconds` (what `execute`
+        gives a decode plan). The records are those of the calls one by one.
+        """
+        eng = self.engine
+        sched, executor = runs
+        arrivals = eng.arrivals
+        (first,) = self.queue
+        limit = _MAX_RUN_CALLS
+        if eng.max_steps is not None:  # each call's launch checks the step limit
+            limit = min(limit, eng.max_steps - eng.recorder.num_steps - 1)
+        run = sched.pipelined_decode_run(limit, first.plan, first.result)
+        if run is None:
+            return None
+        # The run's step j is the plan call j makes; call j + 1 commits it. Only the last
+        # call's commit may finish requests: the executor's first stop token is in step
+        # `limit - 1` at the latest, so the run has at most `limit + 1` calls.
+        k = min(executor.decode_run_limit(run) + 1, run.max_steps)
+        through_arrivals = sched.arrivals_keep_decode_run()
+        due: list[tuple[Request, float, int]] = []  # (request, admitted at, call)
+        batch = len(run.seq_lens)
+        total = sum(run.seq_lens)
+        longest = max(run.seq_lens)
+        step_seconds = executor.decode_step_seconds
+        planned: list[float] = []  # c_j
+        starts: list[float] = []  # the virtual plans' (steps 0 .. k - 2)
+        ends: list[float] = []
+        free = self.executor_free
+        c = clock
+        while len(planned) < k:
+            j = len(planned)
+            if j:  # call j - 1 committed the plan before step j - 1
+                c = max(c, first.end if j == 1 else ends[j - 2])
+                if arrivals.peek_time() <= c:
+                    if not through_arrivals:
+                        break
+                    while arrivals.peek_time() <= c:
+                        due.append((arrivals.pop(), c, j))
+            planned.append(c)
+            if j == k - 1:
+                break  # the last call's plan is executed below
+            start = max(c, free)
+            free = start + step_seconds(batch, total, longest)
+            starts.append(start)
+            ends.append(free)
+            total += batch
+            longest += 1
+        calls = len(planned)
+        if calls < 2:
+            assert not due
+            return None
+        last = calls - 1
+        if len(starts) > last:  # stopped before call `calls` (an arrival): drop its step
+            del starts[last:], ends[last:]
+        virtual = executor.decode_run_tokens(run, last)
+        sampled = first.result.sampled_token_ids
+        tokens = [[sampled[rid], *toks]
+                  for rid, toks in zip(run.request_ids, virtual)]
+        plan, stats = sched.commit_pipelined_decode_run(run, tokens)
+        # The arrivals change no decision of the run, and the run nothing they see: admitted
+        # now, they count as waiting from their call's commit on.
+        waiting = [stats.num_waiting] * calls if isinstance(stats.num_waiting, int) \
+            else list(stats.num_waiting)
+        rec = eng.recorder
+        # Call 0 commits the plan in flight (its first tokens may leave the front door).
+        capacity = eng.scheduler.stats().kv_capacity_tokens
+        events = StepEvents({rid: [sampled[rid]] for rid in run.request_ids}, [])
+        rec.on_commit(first.plan, first.result, events, first.launched, first.start,
+                      first.end, SchedulerStats(
+                          num_running=stats.num_running, num_waiting=waiting[0],
+                          kv_capacity_tokens=capacity, kv_used_tokens=stats.kv_used_tokens[0],
+                          kv_cached_tokens=stats.kv_cached_tokens[0]),
+                      first.planned_at, first.in_flight)
+        if eng.door is not None:
+            eng.door.on_step(first.plan, events)
+        for req, at, j in due:
+            if eng.admit(req, at):
+                for call in range(j, calls):
+                    waiting[call] += 1
+        # Calls 1 .. calls - 1 commit the run's steps 0 .. calls - 2: one decode segment,
+        # each planned one call earlier with one plan in flight (the last may finish).
+        segment = DecodeRun(run.request_ids, run.seq_lens, last, run.forward_mode)
+        rec.on_decode_run(segment, starts, ends, DecodeRunStats(
+            stats.kv_used_tokens[1:], stats.kv_cached_tokens[1:], stats.num_running,
+            waiting[1:], stats.finished, stats.num_running_after),
+            planned_at=planned[:last], in_flight=1)
+        # The last call's plan: its placeholders hold the tokens of the step before it.
+        previous = StepResult(
+            {rid: toks[-1] for rid, toks in zip(run.request_ids, tokens)}, 0.0)
+        self.previous = previous
+        self.executor_free = ends[-1]
+        self._launch_plan(plan, planned[last])  # with one plan in flight, as upstream's
+        self.queue.pop()  # `first`, committed by call 0
+        self.ended = [rid for rid, _ in stats.finished]  # by the last call's commit
+        eng.num_decode_run_steps += calls
+        return max(planned[last], ends[-1])  # call `last` committed step last - 1
+
     def _launch(self, clock: float) -> StepPlan:
         """Plan at `clock`, execute the plan (placeholders filled), record its launch, queue
         it; returns the plan."""
@@ -177,6 +304,13 @@ class BatchQueueLoop:
                 f"engine: max_steps={eng.max_steps} reached at t={clock:.6f}s with "
                 f"{len(live)} request(s) unfinished: {format_ids(live)}")
         plan = eng.scheduler.schedule()
+        self._launch_plan(plan, clock)
+        return plan
+
+    def _launch_plan(self, plan: StepPlan, clock: float) -> None:
+        """Execute `plan`, made at `clock` (placeholders filled), record its launch, queue
+        it."""
+        eng = self.engine
         if plan.chunks or plan.has_swaps:
             fill_placeholders(plan, self.previous)
             result = eng.executor.execute(plan)
@@ -193,7 +327,6 @@ class BatchQueueLoop:
         self.queue.appendleft(Batch(plan, result, launched, clock, start, end, len(self.queue)))
         eng.observe(plan, self.ended, clock)
         self.ended = []
-        return plan
 
     def _commit(self, batch: Batch) -> bool:
         """Commit `batch` (the oldest) at its end; returns whether requests finished."""

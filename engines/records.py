@@ -521,10 +521,13 @@ class Recorder:
         ))
 
     def on_decode_run(self, run: DecodeRun, starts: Sequence[float], ends: Sequence[float],
-                      stats: DecodeRunStats) -> None:
+                      stats: DecodeRunStats, planned_at: Sequence[float] | None = None,
+                      in_flight: int = 0) -> None:
         """Record a committed decode run: step `j` ran from `starts[j]` to `ends[j]`, and every
         request of `run` computed one position and got one token in each step (what `on_step`
-        records for those steps one by one)."""
+        records for those steps one by one). In the batch-queue loop step `j` was planned at
+        `planned_at[j]` with `in_flight` plans launched (default: the synchronous loop's,
+        planned at its start with none)."""
         k = len(starts)
         rows = self._rows
         end_times = array("d", ends)  # each request's token times: one copy of the buffer
@@ -564,7 +567,7 @@ class Recorder:
             num_running=running, num_waiting=stats.num_waiting, forward_mode=run.forward_mode,
             num_swap_out=0, num_swap_in=0, num_swap_fallbacks=0, swap_out_tokens=0,
             swap_in_tokens=0, swap_out_bytes=0, swap_in_bytes=0, swap_s=0.0,
-            planned_at=starts, in_flight=0))
+            planned_at=starts if planned_at is None else planned_at, in_flight=in_flight))
         self._num_steps += k
         if len(self._steps) >= self._step_batch_rows:
             self._flush_steps()

@@ -290,6 +290,35 @@ class DecodeRunScheduler(Protocol):
 
 
 @runtime_checkable
+class PipelinedDecodeRunScheduler(Protocol):
+    """Capability: a pipelined scheduler (`LoopDeclaringScheduler`, `BATCH_QUEUE`) that
+    commits runs of steady loop calls at once (DESIGN.md, "Decode runs"). In call `j` of a
+    run the loop makes the plan of the run's step `j` (one token for every request of the
+    run) and commits the plan before it; call 0 commits the plan in flight when the run
+    starts. Only the last call's commit may finish requests (its plan skips those it finishes
+    by a length cap, as the scheduler would)."""
+
+    def pipelined_decode_run(self, limit: int, in_flight: StepPlan, result: StepResult
+                             ) -> DecodeRun | None:
+        """The steady calls ahead (at most `limit`) with `in_flight` the one plan in flight
+        (its result `result`), or None when there is no run."""
+        ...
+
+    def commit_pipelined_decode_run(self, run: DecodeRun, tokens: list[list[int]]
+                                    ) -> tuple[StepPlan, DecodeRunStats]:
+        """Commit `k = len(tokens[0])` calls of `run`: `tokens[i][j]` is the token that
+        request `i` samples in the plan call `j` commits (`tokens[i][0]`: the plan in flight).
+        Returns the plan of the last call (step `k - 1`, its placeholders unfilled, to launch:
+        it is then the one plan in flight) and the `k` commits' stats (`finished`: the last
+        commit's)."""
+        ...
+
+    def arrivals_keep_decode_run(self) -> bool:
+        """As `DecodeRunScheduler.arrivals_keep_decode_run`."""
+        ...
+
+
+@runtime_checkable
 class LoopDeclaringScheduler(Protocol):
     """Capability: a scheduler that says which engine loop drives it (`EngineLoop`); one
     without it runs in the synchronous loop. A pipelined scheduler plans with the previous

@@ -1,6 +1,7 @@
 """Decode runs (DESIGN.md, "Decode runs") change nothing: the engine's records and the
 schedulers' final state are the same, to the byte, with and without them, over random
-workloads and configurations of both schedulers."""
+workloads and configurations of both schedulers, in the synchronous loop and (vLLM's async
+scheduling, `vllm_async`) in the batch-queue loop."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers.contract import Request
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
-from schedulers.vllm import VllmScheduler, VllmSchedulerConfig
+from schedulers.vllm import VllmScheduler, VllmSchedulerConfig, build_scheduler
 
 TINY = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=128, vocab_size=512)
@@ -44,12 +45,14 @@ def build(kind: str, capacity: int, page: int, policy: str, knob: int) -> Any:
     swap: dict[str, Any] = ({"preemption_mode": "swap", "host_kv_capacity_tokens": capacity // 2}
                             if knob % 5 == 2 else {})
     swap["victim_policy"] = ["default", "most_kv", "least_progress", "random"][knob % 4]
-    if kind == "vllm":
-        return VllmScheduler(VllmSchedulerConfig.from_capacity(
+    if kind in ("vllm", "vllm_async"):
+        config = VllmSchedulerConfig.from_capacity(
             capacity, block_size=page, max_num_seqs=2 + knob % 7,
             max_num_batched_tokens=[16, 64, 256][knob % 3],
             long_prefill_token_threshold=[0, 8, 24][knob % 3], policy=policy,
-            scheduler_reserve_full_isl=knob % 2 == 0, watermark=[0.0, 0.1][knob % 2], **swap))
+            scheduler_reserve_full_isl=knob % 2 == 0, watermark=[0.0, 0.1][knob % 2],
+            async_scheduling=kind == "vllm_async", **swap)
+        return build_scheduler(config) if kind == "vllm_async" else VllmScheduler(config)
     return SglangScheduler(SglangSchedulerConfig.from_capacity(
         capacity, page_size=page, chunked_prefill_size=[64, 128, -1][knob % 3],
         schedule_policy={"fcfs": "fcfs", "priority": "lpm"}[policy],
@@ -102,10 +105,26 @@ def test_decode_runs_give_the_same_records(kind: str, capacity: int, page: int, 
     assert same(steps_a, steps_b)
 
 
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(capacity=st.sampled_from([256, 512, 2048]), page=st.sampled_from([4, 8, 16]),
+       policy=st.sampled_from(["fcfs", "priority"]), knob=st.integers(0, 11), spec=workloads)
+def test_pipelined_decode_runs_give_the_same_records(capacity: int, page: int, policy: str,
+                                                     knob: int, spec: Spec) -> None:
+    """vLLM's async scheduling in the batch-queue loop: runs of steady loop calls give the
+    records of the calls one by one (tight pools that preempt, shared prefixes, priority,
+    EOS and length finishes, arrivals inside a run, swap, admission limits)."""
+    reqs_a, steps_a, _ = run("vllm_async", capacity, page, policy, knob, spec,
+                             decode_runs=False)
+    reqs_b, steps_b, _ = run("vllm_async", capacity, page, policy, knob, spec,
+                             decode_runs=True)
+    assert same(reqs_a, reqs_b)
+    assert same(steps_a, steps_b)
+
+
 def test_runs_cover_most_steps_of_a_long_decode() -> None:
     """The fast path is taken: long outputs with a blocked queue are mostly decode runs."""
     spec: Spec = [(0.0, 40, 400, 400, True, 0, i % 2) for i in range(12)]
-    for kind in ("vllm", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang"):
         reqs_a, steps_a, _ = run(kind, 2048, 16, "fcfs", 0, spec, decode_runs=False)
         reqs_b, steps_b, engine = run(kind, 2048, 16, "fcfs", 0, spec, decode_runs=True)
         assert same(reqs_a, reqs_b) and same(steps_a, steps_b)
@@ -118,7 +137,7 @@ def test_runs_go_through_arrivals_that_change_nothing() -> None:
     most steps."""
     spec: Spec = [(0.0, 100, 300, 300, True, 0, i) for i in range(6)]
     spec += [(0.05 + 0.01 * i, 100, 20, 20, False, 0, 3) for i in range(30)]
-    for kind in ("vllm", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang"):
         reqs_a, steps_a, _ = run(kind, 1024, 16, "fcfs", 0, spec, decode_runs=False)
         reqs_b, steps_b, engine = run(kind, 1024, 16, "fcfs", 0, spec, decode_runs=True)
         assert same(reqs_a, reqs_b) and same(steps_a, steps_b), kind
@@ -131,7 +150,7 @@ def test_decode_runs_stop_at_arrivals_and_eos() -> None:
     """A run never swallows an arrival or a finish: each request's first token comes after
     its arrival and its last token is its finish time."""
     spec: Spec = [(0.01 * i, 30, 90, 20 + 7 * i, False, 0, 0) for i in range(10)]
-    for kind in ("vllm", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang"):
         reqs, _, engine = run(kind, 4096, 16, "fcfs", 0, spec, decode_runs=True)
         assert engine.num_decode_run_steps > 0
         for row in reqs.to_pylist():
@@ -147,7 +166,7 @@ def test_spooled_records_with_runs_match_the_step_by_step_tables(tmp_path: Any) 
 
     spec: Spec = [(0.02 * i, 30 + 7 * i, 60, 25 + 5 * i, i % 3 == 0, 0, i % 2)
                   for i in range(14)]
-    for kind in ("vllm", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang"):
         reqs_a, steps_a, _ = run(kind, 512, 16, "fcfs", 0, spec, decode_runs=False)
         spool = (tmp_path / f"{kind}_r.parquet", tmp_path / f"{kind}_s.parquet")
         sched = build(kind, 512, 16, "fcfs", 0)
@@ -169,18 +188,22 @@ def test_runs_start_after_a_finish_only_when_the_head_does_not_fit() -> None:
     """Right after a finish or a preemption a run starts only when the next step's admission
     would stop (vLLM: the waiting head does not fit in the blocks the running requests leave
     at that step). Sweeping the head's prompt length across that boundary, one token at a
-    time, gives the same records as step by step, and runs start at such steps."""
-    for page in (4, 16):
-        for plen in range(40, 200, 3):
-            spec: Spec = [(0.0, 60, 90, 90, True, 0, 0), (0.0, 30, 35, 35, True, 0, 1),
-                          (0.001, plen, 20, 20, True, 0, 2), (0.002, 50, 40, 40, True, 0, 1)]
-            for knob in (1, 4):  # watermark 0.1 and reserve_full_isl; neither
-                reqs_a, steps_a, _ = run("vllm", 256, page, "fcfs", knob, spec,
-                                         decode_runs=False)
-                reqs_b, steps_b, engine = run("vllm", 256, page, "fcfs", knob, spec,
-                                              decode_runs=True)
-                assert same(reqs_a, reqs_b) and same(steps_a, steps_b), (page, plen, knob)
-                assert engine.num_decode_run_steps > 0
+    time, gives the same records as step by step, and runs start at such steps (in both
+    loops)."""
+    for kind in ("vllm", "vllm_async"):
+        for page in (4, 16):
+            for plen in range(40, 200, 3):
+                spec: Spec = [(0.0, 60, 90, 90, True, 0, 0), (0.0, 30, 35, 35, True, 0, 1),
+                              (0.001, plen, 20, 20, True, 0, 2),
+                              (0.002, 50, 40, 40, True, 0, 1)]
+                for knob in (1, 4):  # watermark 0.1 and reserve_full_isl; neither
+                    reqs_a, steps_a, _ = run(kind, 256, page, "fcfs", knob, spec,
+                                             decode_runs=False)
+                    reqs_b, steps_b, engine = run(kind, 256, page, "fcfs", knob, spec,
+                                                  decode_runs=True)
+                    assert same(reqs_a, reqs_b) and same(steps_a, steps_b), \
+                        (kind, page, plen, knob)
+                    assert engine.num_decode_run_steps > 0
 
 
 def test_a_run_ends_before_it_evicts_the_waiting_heads_hit() -> None:
@@ -191,8 +214,29 @@ def test_a_run_ends_before_it_evicts_the_waiting_heads_hit() -> None:
         (0.393, 88, 58, 58, False, 0, 0), (0.406, 1, 48, 48, False, 0, 0),
         (0.406, 1, 48, 48, False, 0, 0), (0.414, 1, 41, 41, False, 0, 0),
         (0.414, 82, 39, 39, False, 0, 0), (0.438, 159, 11, 11, False, 0, 1)]
-    reqs_a, steps_a, _ = run("vllm", 512, 8, "fcfs", 5, spec, decode_runs=False)
-    reqs_b, steps_b, engine = run("vllm", 512, 8, "fcfs", 5, spec, decode_runs=True)
-    assert int(pa.compute.sum(reqs_a.column("num_preemptions")).as_py()) > 0
-    assert same(reqs_a, reqs_b) and same(steps_a, steps_b)
-    assert engine.num_decode_run_steps > 0
+    for kind in ("vllm", "vllm_async"):
+        reqs_a, steps_a, _ = run(kind, 512, 8, "fcfs", 5, spec, decode_runs=False)
+        reqs_b, steps_b, engine = run(kind, 512, 8, "fcfs", 5, spec, decode_runs=True)
+        assert int(pa.compute.sum(reqs_a.column("num_preemptions")).as_py()) > 0, kind
+        assert same(reqs_a, reqs_b) and same(steps_a, steps_b), kind
+        assert engine.num_decode_run_steps > 0, kind
+
+
+def test_pipelined_runs_stop_at_max_steps_where_the_calls_one_by_one_do() -> None:
+    """A run in the batch-queue loop never launches past `max_steps`: the step limit stops
+    the replay at the same step, clock and live requests as without runs."""
+    from engines.errors import StepLimitError
+
+    spec: Spec = [(0.0, 40, 400, 400, True, 0, i % 2) for i in range(12)]
+    for max_steps in (5, 333, 1000):
+        messages = []
+        for decode_runs in (False, True):
+            engine = Engine(build("vllm_async", 2048, 16, "fcfs", 0),
+                            SimExecutor(TINY, HW, step_overhead_s=0.001), make_requests(spec),
+                            decode_runs=decode_runs, max_steps=max_steps)
+            try:
+                engine.run()
+                messages.append("")
+            except StepLimitError as e:
+                messages.append(f"{e} after {engine.recorder.num_steps} steps")
+        assert messages[0] and messages[0] == messages[1], max_steps

@@ -75,8 +75,11 @@ def test_the_scheduler_declares_its_loop_and_the_engine_runs_it() -> None:
     sync, pipelined = vllm(), vllm(async_scheduling=True)
     assert sync.engine_loop == SYNCHRONOUS and pipelined.engine_loop == BATCH_QUEUE
     engine = Engine(pipelined, tiny_sim(), [req(0, 20, 5)])
-    assert engine.loop == BATCH_QUEUE and not engine.decode_runs  # runs: synchronous only
+    # decode runs: the batch-queue loop's for the async scheduler (engines/pipeline.py)
+    assert engine.loop == BATCH_QUEUE and engine.decode_runs
+    assert engine.pipelined_runs is not None
     assert Engine(sync, tiny_sim(), []).decode_runs
+    assert not Engine(pipelined, tiny_sim(), [], decode_runs=False).decode_runs
 
 
 def test_an_undeclared_or_unknown_loop() -> None:

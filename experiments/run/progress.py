@@ -77,9 +77,10 @@ class ProgressRecorder(Recorder):
             self._refresh(end)
 
     def on_decode_run(self, run: DecodeRun, starts: Sequence[float], ends: Sequence[float],
-                      stats: DecodeRunStats) -> None:
-        """Record the run; move the bar when `every` steps have passed."""
-        super().on_decode_run(run, starts, ends, stats)
+                      stats: DecodeRunStats, planned_at: Sequence[float] | None = None,
+                      in_flight: int = 0) -> None:
+        """Record the run (of either loop); move the bar when `every` steps have passed."""
+        super().on_decode_run(run, starts, ends, stats, planned_at, in_flight)
         self._pending += len(starts)
         if self._pending >= self._every:
             self._refresh(ends[-1])

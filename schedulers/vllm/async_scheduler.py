@@ -28,15 +28,22 @@ so that plan has written them first.
 
 from __future__ import annotations
 
-from schedulers.contract import BATCH_QUEUE, DecodeRun, StepEvents, StepPlan, StepResult
+from schedulers.contract import (
+    BATCH_QUEUE,
+    DecodeRun,
+    DecodeRunStats,
+    StepEvents,
+    StepPlan,
+    StepResult,
+)
 from schedulers.vllm.config import VllmSchedulerConfig
-from schedulers.vllm.request import RequestStatus, VllmRequest
-from schedulers.vllm.scheduler import FINISH_REASONS, VllmScheduler
+from schedulers.vllm.request import FINISH_REASONS, RequestStatus, VllmRequest
+from schedulers.vllm.scheduler import VllmScheduler
 
 
 class AsyncVllmScheduler(VllmScheduler):
     """`VllmScheduler` for the pipelined loop (mirrors AsyncScheduler); see the module
-    docstring. Decode runs are the synchronous loop's: `decode_run` is always None."""
+    docstring. Its decode runs are the batch-queue loop's (`pipelined_decode_run`)."""
 
     def __init__(self, config: VllmSchedulerConfig) -> None:
         super().__init__(config)
@@ -127,7 +134,47 @@ class AsyncVllmScheduler(VllmScheduler):
                 req, req.num_computed_tokens - req.num_output_placeholders)
         return stopped
 
+    # ------------------------------------------------------------------ decode runs
+    # Not upstream: the replay's fast path in the batch-queue loop (DESIGN.md, "Decode runs";
+    # schedulers.contract.PipelinedDecodeRunScheduler).
     def decode_run(self, limit: int) -> DecodeRun | None:
-        """No decode runs: they are the synchronous loop's fast path (DESIGN.md, "Decode
-        runs"); the engine never asks a pipelined scheduler for one."""
+        """No synchronous decode runs: this scheduler's runs are `pipelined_decode_run`'s."""
         return None
+
+    def pipelined_decode_run(self, limit: int, in_flight: StepPlan, result: StepResult
+                             ) -> DecodeRun | None:
+        """The steady loop calls ahead (at most `limit`) while `in_flight` (the one plan in
+        flight, sampling `result`) is committed: its chunks of live requests must be every
+        running request's, in running order, each sampling a token that is no stop token
+        (a chunk of a request that has ended since is dropped at the commit, as
+        `update_from_output` drops it), and be all they have in flight (no stale output, one
+        placeholder each, every known token computed). The run's step `j` is the plan the
+        run's call `j` makes; see `VllmDecodeRuns.next_run`."""
+        if in_flight.preempted or in_flight.aborted or in_flight.has_swaps:
+            return None
+        running = self.running
+        requests = self.requests
+        sampled = result.sampled_token_ids
+        i = 0
+        n = len(running)
+        for c in in_flight.chunks:
+            if c.request_id not in requests:
+                continue  # ended while the plan was in flight
+            if i == n:
+                return None
+            r = running[i]
+            i += 1
+            if (c.request_id != r.request_id or not c.sample
+                    or r.num_in_flight_tokens != len(c.token_ids)
+                    or r.num_output_placeholders != 1 or r.num_stale_output_tokens
+                    or len(r.all_token_ids) != r.num_computed_tokens
+                    or sampled[r.request_id] == r.eos_token_id):
+                return None
+        if i != n:
+            return None
+        return self.decode_runs.next_run(limit, pipelined=True)
+
+    def commit_pipelined_decode_run(self, run: DecodeRun, tokens: list[list[int]]
+                                    ) -> tuple[StepPlan, DecodeRunStats]:
+        """schedulers.contract.PipelinedDecodeRunScheduler.commit_pipelined_decode_run"""
+        return self.decode_runs.commit_pipelined(run, tokens, self._commit_token)

@@ -11,11 +11,15 @@ points where a step (or a run) could change what admission would do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from schedulers.contract import DecodeRun, DecodeRunStats
+from schedulers.contract import DecodeRun, DecodeRunStats, StepEvents, StepPlan
 from schedulers.vllm.kv_cache_manager import cdiv
-from schedulers.vllm.request import VllmRequest
+from schedulers.vllm.request import FINISH_REASONS, VllmRequest
+
+# (request, token, is_stale, was_running, events) -> whether the token stops the request
+CommitToken = Callable[[VllmRequest, int, bool, bool, StepEvents], bool]
 
 if TYPE_CHECKING:
     from schedulers.vllm.scheduler import VllmScheduler
@@ -53,8 +57,15 @@ class VllmDecodeRuns:
         s = self.scheduler
         return s.policy == "fcfs" and bool(s.waiting)
 
-    def next_run(self, limit: int) -> DecodeRun | None:
+    def next_run(self, limit: int, pipelined: bool = False) -> DecodeRun | None:
         """The steady decode steps ahead, at most `limit` (DESIGN.md, "Decode runs").
+
+        `pipelined` (the async scheduler, its caller having checked that the plan in flight
+        samples for every running request and no stop token): each request has computed
+        every known token and holds one placeholder, and the run's first call commits the
+        in-flight plan's token, so a run of `k` loop calls appends `k` tokens; only its last
+        call's commit may finish requests, and that call's plan skips the requests whose
+        last token the commit appends (`commit_pipelined`).
 
         When every running request owes one token within the budget and the next step's
         admission loop would stop at a misfit, at max_num_seqs or an empty queue (known
@@ -71,10 +82,11 @@ class VllmDecodeRuns:
         running = s.running
         if limit <= 0 or not running or len(running) > s.max_num_scheduled_tokens:
             return None
-        for r in running:  # each owes exactly its last output token
-            if (len(r.all_token_ids) - r.num_computed_tokens != 1
-                    or len(r.all_token_ids) == r.num_prompt_tokens):
-                return None
+        if not pipelined:
+            for r in running:  # each owes exactly its last output token
+                if (len(r.all_token_ids) - r.num_computed_tokens != 1
+                        or len(r.all_token_ids) == r.num_prompt_tokens):
+                    return None
         bs = s.block_size
         kv = s.kv_cache_manager
         head = s.waiting.peek_request() if s.waiting else None
@@ -89,7 +101,8 @@ class VllmDecodeRuns:
         k = limit
         for r in running:
             # step j appends output number num_output_tokens + j + 1: the step that reaches
-            # max_tokens or max_model_len finishes the request and ends the run
+            # max_tokens or max_model_len finishes the request and ends the run (pipelined:
+            # call j commits output number num_output_tokens + j + 1, the same bound)
             k = min(k, r.max_tokens - r.num_output_tokens, max_model_len - r.num_tokens)
         if k <= 0:
             return None
@@ -211,16 +224,118 @@ class VllmDecodeRuns:
         s = self.scheduler
         num_steps = run.num_steps(tokens)
         kv = s.kv_cache_manager
+        running = s.running
+        used, cached = self._allocate(num_steps)
+        for r, toks in zip(running, tokens):
+            r.append_output_token_ids(toks)
+        # Then each request caches the blocks it filled. Step by step, upstream interleaves
+        # these inserts with the other requests' and with the evictions above; the hashes of
+        # blocks holding different requests' outputs differ, so the hash map ends the same.
+        req_to_blocks = kv.req_to_blocks
+        for r in running:
+            kv._cache_blocks(r, req_to_blocks[r.request_id], r.num_computed_tokens + num_steps)
+        for r in running:
+            r.num_computed_tokens += num_steps
+        s.step_count += num_steps
+        # The last step may finish requests (a stop token or a length cap), as
+        # update_from_output would.
+        finished: list[tuple[str, str]] = []
+        for r, toks in zip(running, tokens):
+            s.finish_if_stopped(r, toks[-1], finished)
+        num_running = len(running)
+        if finished:
+            pool = kv.block_pool
+            s.drop_finished_from_running()
+            used[-1] = (s.num_usable_blocks - pool.free_block_queue.num_free_blocks) * s.block_size
+            cached[-1] = pool.num_free_cached_blocks * s.block_size
+        return DecodeRunStats(used, cached, num_running, len(s.waiting), finished,
+                              len(s.running))
+
+    def commit_pipelined(self, run: DecodeRun, tokens: list[list[int]],
+                         commit_token: CommitToken) -> tuple[StepPlan, DecodeRunStats]:
+        """Commit `k = len(tokens[0])` calls of the batch-queue loop over `run` (the async
+        scheduler; `next_run(..., pipelined=True)`): call `j` plans the run's step `j` and
+        commits the plan before it (for `j = 0`, the plan in flight), whose sampled tokens are
+        `tokens[i][j]`. The state is the one those calls leave, one by one: the run's last
+        plan (step `k - 1`, its placeholders unfilled) is made and returned for the engine to
+        launch, and it is the one plan in flight. Only the last call's commit may finish
+        requests (a stop token, or the length caps `next_run` bounds the run by); that call's
+        plan skips the requests that reach a length cap there, as `Scheduler.schedule` does
+        with the plan in flight sampling their last token. The stats are the `k` commits'
+        (each after its call's plan was made; the last one after the finishes).
+        `commit_token`: the async scheduler's mirrored commit of one sampled token
+        (`AsyncVllmScheduler._commit_token`).
+        """
+        s = self.scheduler
+        k = run.num_steps(tokens)
+        kv = s.kv_cache_manager
+        running = s.running
+        max_model_len = s.max_model_len
+        # mirrors Scheduler.schedule (the max-tokens skip, and no room under max_model_len):
+        # the last call's plan skips a request whose plan in flight samples its last token
+        last_planned = [r for r in running
+                        if r.num_output_tokens + k < r.max_tokens
+                        and r.num_computed_tokens + k < max_model_len]
+        skipped = len(last_planned) < len(running)
+        # The k plans' allocations (the skipped requests' none in the last); the last plan is
+        # made with the first k - 1 tokens committed (their blocks are cached with the last
+        # token's, below: each call caches only its requests' own filled blocks).
+        used, cached = self._allocate(k, last_planned if skipped else running)
+        for r, toks in zip(running, tokens):
+            r.append_output_token_ids(toks[:-1])
+            r.num_computed_tokens += k - 1
+            r.num_in_flight_tokens = 1  # the last virtual plan's: every earlier one committed
+        s.step_count += k
+        if s.host_pool is not None:
+            s.host_pool.commit()
+            s._swap_out, s._swap_in, s._swap_fallbacks = [], [], []
+        # mirrors Scheduler.schedule for the last call's plan: one token for each planned
+        # request (its placeholder), nothing else; AsyncScheduler._update_after_schedule
+        # counts its in-flight token and placeholder
+        plan = s._make_plan(last_planned, [], {r.request_id: 1 for r in last_planned}, [], [])
+        # Then that call commits the plan before it, with the mirrored code of
+        # AsyncScheduler.update_from_output (as in `commit`, upstream's interleaving of the
+        # earlier calls' cache inserts with these leaves the same hash map)
+        events = StepEvents()
+        finished = events.finished
+        for r, toks in zip(running, tokens):
+            r.num_in_flight_tokens -= 1
+            if commit_token(r, toks[-1], False, True, events):
+                finished.append((r.request_id, FINISH_REASONS[r.status]))
+                s._free_request(r)
+        num_running = len(running)
+        if finished:
+            s.drop_finished_from_running()
+            pool = kv.block_pool
+            used[-1] = (s.num_usable_blocks - pool.free_block_queue.num_free_blocks) * s.block_size
+            cached[-1] = pool.num_free_cached_blocks * s.block_size
+        return plan, DecodeRunStats(used, cached, num_running, len(s.waiting), finished,
+                                    len(s.running))
+
+    def _allocate(self, num_steps: int, last: list[VllmRequest] | None = None
+                  ) -> tuple[list[int], list[int]]:
+        """Give the running requests the blocks `num_steps` decode steps allocate (step `j`
+        computes position `num_computed_tokens + j` of each); returns the used and the free
+        cached slots after each step's allocations.
+
+        Per step, upstream gives each running request, in order, a new block when its token
+        crosses a block boundary; the allocations are replayed in the same (step, request)
+        order, so every block id and eviction matches. `last`: the requests the last step
+        schedules (default: all; the others are skipped, in running order).
+        """
+        s = self.scheduler
+        kv = s.kv_cache_manager
         pool = kv.block_pool
         bs = s.block_size
         running = s.running
+        in_last = None if last is None else {r.request_id for r in last}
         allocs: list[tuple[int, int]] = []  # (step, running index) of each new block
         for i, r in enumerate(running):
             j = len(kv.req_to_blocks[r.request_id]) * bs - r.num_computed_tokens
-            while j < num_steps:
+            end = num_steps if in_last is None or r.request_id in in_last else num_steps - 1
+            while j < end:
                 allocs.append((j, i))
                 j += bs
-            r.append_output_token_ids(tokens[i])
         allocs.sort()
         # Blocks leave the free queue head in (step, request) order, evicting cached ones.
         queue = pool.free_block_queue
@@ -233,11 +348,6 @@ class VllmDecodeRuns:
             rid = running[i].request_id
             req_to_blocks[rid].append(blk)
             req_to_block_ids[rid].append(blk.block_id)
-        # Then each request caches the blocks it filled. Step by step, upstream interleaves
-        # these inserts with the other requests' and with the evictions above; the hashes of
-        # blocks holding different requests' outputs differ, so the hash map ends the same.
-        for r in running:
-            kv._cache_blocks(r, req_to_blocks[r.request_id], r.num_computed_tokens + num_steps)
         usable = s.num_usable_blocks
         used: list[int] = []
         cached: list[int] = []
@@ -249,18 +359,4 @@ class VllmDecodeRuns:
                 at += 1
             used.append((usable - num_free) * bs)
             cached.append(num_cached * bs)
-        for r in running:
-            r.num_computed_tokens += num_steps
-        s.step_count += num_steps
-        # The last step may finish requests (a stop token or a length cap), as
-        # update_from_output would.
-        finished: list[tuple[str, str]] = []
-        for r, toks in zip(running, tokens):
-            s.finish_if_stopped(r, toks[-1], finished)
-        num_running = len(running)
-        if finished:
-            s.drop_finished_from_running()
-            used[-1] = (usable - queue.num_free_blocks) * bs
-            cached[-1] = pool.num_free_cached_blocks * bs
-        return DecodeRunStats(used, cached, num_running, len(s.waiting), finished,
-                              len(s.running))
+        return used, cached

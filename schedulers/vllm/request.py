@@ -27,6 +27,15 @@ class RequestStatus(enum.IntEnum):
         return self >= RequestStatus.FINISHED_STOPPED
 
 
+# The finish reason each finished status reports (mirrors vllm/v1/request.py:
+# RequestStatus.get_finished_reason).
+FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
 class VllmRequest:
     """A request with vLLM's bookkeeping.
 

@@ -39,14 +39,10 @@ from schedulers.vllm.config import VllmSchedulerConfig
 from schedulers.vllm.decode_run import VllmDecodeRuns
 from schedulers.vllm.kv_cache_manager import KVCacheManager, cdiv
 from schedulers.vllm.kv_cache_utils import KVCacheBlock
-from schedulers.vllm.request import RequestStatus, VllmRequest
+from schedulers.vllm.request import FINISH_REASONS, RequestStatus, VllmRequest
 from schedulers.vllm.request_queue import create_request_queue
 
-FINISH_REASONS = {
-    RequestStatus.FINISHED_STOPPED: "stop",
-    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
-    RequestStatus.FINISHED_ABORTED: "abort",
-}
+
 class VllmScheduler:
     """Implements the `schedulers.contract.Scheduler` protocol with vLLM v1's decisions.
 

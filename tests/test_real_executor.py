@@ -154,7 +154,7 @@ def test_tokens_equal_transformers_generate(parity_model: PagedDecoder,
                                             kernel: str) -> None:
     sched = make_scheduler(scheduler)
     reqs = requests()
-    trace = drive(sched, RealExecutor(parity_model, kernel=kernel), reqs)
+    trace = drive(sched, RealExecutor(parity_model, kernel=kernel, timer="wall"), reqs)
     # The run exercised what it is meant to: chunked prompts, prefix hits, several
     # requests evicted (preempted / retracted) and recomputed.
     assert trace.chunked_prefills() >= 3

@@ -95,7 +95,7 @@ class Run:
 def run(name: str) -> Run:
     """Every request at t=0 through `name`'s scheduler and the real executor."""
     model = PagedDecoder.from_pretrained(CHECKPOINT, dtype="float32", device="cpu")
-    executor = RealExecutor(model, kernel="torch")
+    executor = RealExecutor(model, kernel="torch", timer="wall")  # tokens, not times
     sched = make_scheduler(name)
     reqs = workload()
     for r in reqs:

@@ -179,12 +179,13 @@ def test_registration_checks_the_declared_capabilities() -> None:
     with pytest.raises(TypeError, match=r"'bad': evicts=False but config_cls FcfsConfig "
                                         "carries EvictionOptions"):
         registry.register(dataclasses.replace(entry, name="bad", evicts=False))
-    example = registry.get("fcfs_reserve")
-    with pytest.raises(TypeError, match=r"'bad': evicts=True but config_cls "
-                                        "FcfsReserveConfig does not derive"):
-        registry.register(dataclasses.replace(example, name="bad", evicts=True))
-    with pytest.raises(ValueError, match=r"'bad': swaps=True needs evicts=True"):
-        registry.register(dataclasses.replace(example, name="bad", swaps=True))
+    example = registry.find("fcfs_reserve")  # the worked example; the suite runs without it
+    if example is not None:
+        with pytest.raises(TypeError, match=r"'bad': evicts=True but config_cls "
+                                            "FcfsReserveConfig does not derive"):
+            registry.register(dataclasses.replace(example, name="bad", evicts=True))
+        with pytest.raises(ValueError, match=r"'bad': swaps=True needs evicts=True"):
+            registry.register(dataclasses.replace(example, name="bad", swaps=True))
     with pytest.raises(ValueError, match=r"'bad': upstream and conformance go together"):
         registry.register(dataclasses.replace(entry, name="bad", upstream="x 1.0"))
     with pytest.raises(ValueError, match=r"'bad': page_field='block' is not a field"):

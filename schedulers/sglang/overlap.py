@@ -22,7 +22,8 @@ and only then processes the result of batch k-1, so when batch k is planned
 
 Not mirrored: `is_disable_overlap_for_batch` (its conditions are off by default:
 SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP false, no grammar with speculative decoding), the
-unified-memory flush, beam search, mamba/SWA tracking. Decode runs are the synchronous loop's.
+unified-memory flush, beam search, mamba/SWA tracking. Its decode runs (not upstream) are the
+overlap loop's: `pipelined_decode_run` (DESIGN.md, "Decode runs").
 `preemption_mode=swap` (ours) is refused with the overlap loop (the config says so).
 """
 

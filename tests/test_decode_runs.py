@@ -1,7 +1,8 @@
 """Decode runs (DESIGN.md, "Decode runs") change nothing: the engine's records and the
 schedulers' final state are the same, to the byte, with and without them, over random
 workloads and configurations of both schedulers, in the synchronous loop and (vLLM's async
-scheduling, `vllm_async`) in the batch-queue loop."""
+scheduling, `vllm_async`) in the batch-queue loop and (SGLang's `sglang_overlap`) in the
+overlap loop."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers.contract import Request
 from schedulers.sglang import SglangScheduler, SglangSchedulerConfig
+from schedulers.sglang.build import build_scheduler as build_sglang_scheduler
 from schedulers.vllm import VllmScheduler, VllmSchedulerConfig, build_scheduler
 
 TINY = ModelSpec(name="tiny", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -53,12 +55,18 @@ def build(kind: str, capacity: int, page: int, policy: str, knob: int) -> Any:
             scheduler_reserve_full_isl=knob % 2 == 0, watermark=[0.0, 0.1][knob % 2],
             async_scheduling=kind == "vllm_async", **swap)
         return build_scheduler(config) if kind == "vllm_async" else VllmScheduler(config)
-    return SglangScheduler(SglangSchedulerConfig.from_capacity(
+    if kind == "sglang_overlap":
+        swap.pop("preemption_mode", None)  # the overlap loop refuses swap
+        swap.pop("host_kv_capacity_tokens", None)
+    sglang = SglangSchedulerConfig.from_capacity(
         capacity, page_size=page, chunked_prefill_size=[64, 128, -1][knob % 3],
         schedule_policy={"fcfs": "fcfs", "priority": "lpm"}[policy],
         max_running_requests=[None, 3, 6][knob % 3],
         schedule_conservativeness=[1.0, 0.3, 2.0][knob % 3],
-        enable_priority_scheduling=knob % 4 == 1, **swap))
+        enable_priority_scheduling=knob % 4 == 1,
+        disable_overlap_schedule=kind != "sglang_overlap", **swap)
+    return build_sglang_scheduler(sglang) if kind == "sglang_overlap" \
+        else SglangScheduler(sglang)
 
 
 def table_bytes(table: pa.Table) -> bytes:
@@ -106,17 +114,20 @@ def test_decode_runs_give_the_same_records(kind: str, capacity: int, page: int, 
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(capacity=st.sampled_from([256, 512, 2048]), page=st.sampled_from([4, 8, 16]),
+@given(kind=st.sampled_from(["vllm_async", "sglang_overlap"]),
+       capacity=st.sampled_from([256, 512, 2048]), page=st.sampled_from([1, 4, 8, 16]),
        policy=st.sampled_from(["fcfs", "priority"]), knob=st.integers(0, 11), spec=workloads)
-def test_pipelined_decode_runs_give_the_same_records(capacity: int, page: int, policy: str,
-                                                     knob: int, spec: Spec) -> None:
-    """vLLM's async scheduling in the batch-queue loop: runs of steady loop calls give the
-    records of the calls one by one (tight pools that preempt, shared prefixes, priority,
-    EOS and length finishes, arrivals inside a run, swap, admission limits)."""
-    reqs_a, steps_a, _ = run("vllm_async", capacity, page, policy, knob, spec,
-                             decode_runs=False)
-    reqs_b, steps_b, _ = run("vllm_async", capacity, page, policy, knob, spec,
-                             decode_runs=True)
+def test_pipelined_decode_runs_give_the_same_records(kind: str, capacity: int, page: int,
+                                                     policy: str, knob: int, spec: Spec
+                                                     ) -> None:
+    """vLLM's async scheduling in the batch-queue loop and SGLang's overlap loop: runs of
+    steady loop calls give the records of the calls one by one (tight pools that preempt or
+    retract, shared prefixes, priority, EOS and length finishes, arrivals inside a run,
+    swap (vLLM), admission limits)."""
+    if kind == "vllm_async" and page == 1:
+        page = 8
+    reqs_a, steps_a, _ = run(kind, capacity, page, policy, knob, spec, decode_runs=False)
+    reqs_b, steps_b, _ = run(kind, capacity, page, policy, knob, spec, decode_runs=True)
     assert same(reqs_a, reqs_b)
     assert same(steps_a, steps_b)
 
@@ -124,7 +135,7 @@ def test_pipelined_decode_runs_give_the_same_records(capacity: int, page: int, p
 def test_runs_cover_most_steps_of_a_long_decode() -> None:
     """The fast path is taken: long outputs with a blocked queue are mostly decode runs."""
     spec: Spec = [(0.0, 40, 400, 400, True, 0, i % 2) for i in range(12)]
-    for kind in ("vllm", "vllm_async", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang", "sglang_overlap"):
         reqs_a, steps_a, _ = run(kind, 2048, 16, "fcfs", 0, spec, decode_runs=False)
         reqs_b, steps_b, engine = run(kind, 2048, 16, "fcfs", 0, spec, decode_runs=True)
         assert same(reqs_a, reqs_b) and same(steps_a, steps_b)
@@ -137,7 +148,7 @@ def test_runs_go_through_arrivals_that_change_nothing() -> None:
     most steps."""
     spec: Spec = [(0.0, 100, 300, 300, True, 0, i) for i in range(6)]
     spec += [(0.05 + 0.01 * i, 100, 20, 20, False, 0, 3) for i in range(30)]
-    for kind in ("vllm", "vllm_async", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang", "sglang_overlap"):
         reqs_a, steps_a, _ = run(kind, 1024, 16, "fcfs", 0, spec, decode_runs=False)
         reqs_b, steps_b, engine = run(kind, 1024, 16, "fcfs", 0, spec, decode_runs=True)
         assert same(reqs_a, reqs_b) and same(steps_a, steps_b), kind
@@ -150,7 +161,7 @@ def test_decode_runs_stop_at_arrivals_and_eos() -> None:
     """A run never swallows an arrival or a finish: each request's first token comes after
     its arrival and its last token is its finish time."""
     spec: Spec = [(0.01 * i, 30, 90, 20 + 7 * i, False, 0, 0) for i in range(10)]
-    for kind in ("vllm", "vllm_async", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang", "sglang_overlap"):
         reqs, _, engine = run(kind, 4096, 16, "fcfs", 0, spec, decode_runs=True)
         assert engine.num_decode_run_steps > 0
         for row in reqs.to_pylist():
@@ -166,7 +177,7 @@ def test_spooled_records_with_runs_match_the_step_by_step_tables(tmp_path: Any) 
 
     spec: Spec = [(0.02 * i, 30 + 7 * i, 60, 25 + 5 * i, i % 3 == 0, 0, i % 2)
                   for i in range(14)]
-    for kind in ("vllm", "vllm_async", "sglang"):
+    for kind in ("vllm", "vllm_async", "sglang", "sglang_overlap"):
         reqs_a, steps_a, _ = run(kind, 512, 16, "fcfs", 0, spec, decode_runs=False)
         spool = (tmp_path / f"{kind}_r.parquet", tmp_path / f"{kind}_s.parquet")
         sched = build(kind, 512, 16, "fcfs", 0)

@@ -78,7 +78,7 @@ def test_parts_sum_to_e2e(kind: str, swap: bool) -> None:
         assert any(r["recompute_s"] > 0 for r in victims)
 
 
-@pytest.mark.parametrize("kind", ["vllm", "sglang", "vllm_async"])
+@pytest.mark.parametrize("kind", ["vllm", "sglang", "vllm_async", "sglang_overlap"])
 def test_decode_runs_keep_the_breakdown(kind: str) -> None:
     a, b = run(kind, decode_runs=True), run(kind, decode_runs=False)
     for p in PARTS:

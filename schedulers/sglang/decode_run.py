@@ -77,12 +77,19 @@ class SglangDecodeRuns:
                 or s.enable_priority_preemption
                 or not (rb.batch_is_full or not s.waiting_queue)):
             return None
-        reqs = rb.reqs
+        return self._bounded_run(limit, 0)
+
+    def _bounded_run(self, limit: int, margin: int) -> DecodeRun | None:
+        """The running batch's next decode steps, at most `limit`, bounded by its length caps
+        (`margin` steps before any request reaches `max_new_tokens`) and by memory."""
+        s = self.scheduler
+        reqs = s.running_batch.reqs
         k = limit
         for r in reqs:
             if r.finished_reason is not None or r.to_finish is not None:
                 return None
-            k = min(k, r.max_new_tokens - len(r.output_ids))  # a length finish ends the run
+            # a length finish ends the run
+            k = min(k, r.max_new_tokens - len(r.output_ids) - margin)
         if k <= 0:
             return None
         room = s.allocator.available_size() + s.tree_cache.evictable_size()
@@ -146,6 +153,37 @@ class SglangDecodeRuns:
         rb.forward_mode = "decode"  # prepare_for_decode (a run may follow an extend)
         self.steady = True  # its steps decode and retract and abort nothing
         reqs = rb.reqs
+        tree, allocator = s.tree_cache, s.allocator
+        capacity = s.config.kv_capacity_tokens
+        used, cached = self._allocate(num_steps)
+        for r, toks in zip(reqs, tokens):
+            r.output_ids.extend(toks)
+        s.step_count += num_steps
+        num_running = s.req_to_token_pool.num_used_rows()
+        # The last step may finish requests, as process_batch_result_decode would.
+        finished: list[tuple[str, str]] = []
+        allocator.free_group_begin()
+        try:
+            for r in reqs:
+                s.finish_if_done(r, finished)
+        finally:
+            allocator.free_group_end()
+        if finished:
+            self.steady = False
+            evictable = tree.evictable_size()
+            used[-1] = capacity - allocator.available_size() - evictable
+            cached[-1] = evictable
+        return DecodeRunStats(used, cached, num_running, len(s.waiting_queue), finished,
+                              s.req_to_token_pool.num_used_rows())
+
+    def _allocate(self, num_steps: int) -> tuple[list[int], list[int]]:
+        """Do what `num_steps` decode steps of the running batch do to the pools and the
+        ratio, one by one (`update_running_batch`'s memory check and ratio decay,
+        `alloc_for_decode`); returns the used and the cached slots after each step's
+        allocation. The caller has bounded `num_steps` so that every step fits."""
+        s = self.scheduler
+        rb = s.running_batch
+        reqs = rb.reqs
         bs = len(reqs)
         kv, tracker, tree = s.kv, s.new_token_ratio_tracker, s.tree_cache
         allocator = s.allocator
@@ -187,22 +225,38 @@ class SglangDecodeRuns:
                 evictable = tree.evictable_size()
                 used.append(capacity - allocator.available_size() - evictable)
                 cached.append(evictable)
-        for r, toks in zip(reqs, tokens):
-            r.output_ids.extend(toks)
-        s.step_count += num_steps
-        num_running = s.req_to_token_pool.num_used_rows()
-        # The last step may finish requests, as process_batch_result_decode would.
-        finished: list[tuple[str, str]] = []
-        allocator.free_group_begin()
-        try:
-            for r in reqs:
-                s.finish_if_done(r, finished)
-        finally:
-            allocator.free_group_end()
-        if finished:
-            self.steady = False
-            evictable = tree.evictable_size()
-            used[-1] = capacity - allocator.available_size() - evictable
-            cached[-1] = evictable
-        return DecodeRunStats(used, cached, num_running, len(s.waiting_queue), finished,
-                              s.req_to_token_pool.num_used_rows())
+        return used, cached
+
+    # ------------------------------------------------------------------ the overlap loop's
+    def next_pipelined_run(self, limit: int) -> DecodeRun | None:
+        """The overlap loop's steady calls ahead, at most `limit` (DESIGN.md, "Decode runs";
+        the caller, `OverlapSglangScheduler.pipelined_decode_run`, has checked that the one
+        batch in flight decodes the running batch and finishes nothing). Call `j` of a run
+        plans the run's step `j` with output counts lagging one step (the plan in flight not
+        yet committed): it sees `len(output_ids) + j` outputs, so no plan leaves a request out
+        (`_reqs_finishing_inflight`) and no commit finishes one by length while `j + 1 <
+        max_new_tokens - len(output_ids)`; and the plans allocate as the synchronous steps do,
+        so the same memory bound keeps `retract_decode` away. A stop token may still finish
+        requests at the last call's commit."""
+        s = self.scheduler
+        rb = s.running_batch
+        if (limit <= 0 or s.chunked_req is not None or s.last_batch is not rb
+                or rb.forward_mode != "decode" or s.enable_priority_preemption
+                or s.host_pool is not None or not (rb.batch_is_full or not s.waiting_queue)):
+            return None
+        return self._bounded_run(limit, 1)
+
+    def commit_pipelined_calls(self, tokens: list[list[int]]) -> tuple[list[int], list[int]]:
+        """Calls `0 .. k - 2` of a run of `k = len(tokens[0])` overlap-loop calls
+        (`next_pipelined_run`) at once: call `j` plans the run's step `j` (its allocation and
+        ratio decay) and then commits the batch before it (for `j = 0`, the one in flight),
+        which samples `tokens[i][j]` and finishes nothing. Returns the used and the cached
+        slots after each of those calls; the caller does the result queue and call `k - 1`
+        (`OverlapSglangScheduler.commit_pipelined_decode_run`)."""
+        s = self.scheduler
+        k = len(tokens[0])
+        used, cached = self._allocate(k - 1)
+        for r, toks in zip(s.running_batch.reqs, tokens):
+            r.output_ids.extend(toks[:-1])
+        s.step_count += k - 1
+        return used, cached

@@ -22,7 +22,8 @@ and only then processes the result of batch k-1, so when batch k is planned
 
 Not mirrored: `is_disable_overlap_for_batch` (its conditions are off by default:
 SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP false, no grammar with speculative decoding), the
-unified-memory flush, beam search, mamba/SWA tracking. Decode runs are the synchronous loop's.
+unified-memory flush, beam search, mamba/SWA tracking. Its decode runs (not upstream) are the
+overlap loop's: `pipelined_decode_run` (DESIGN.md, "Decode runs").
 `preemption_mode=swap` (ours) is refused with the overlap loop (the config says so).
 """
 
@@ -30,7 +31,14 @@ from __future__ import annotations
 
 from collections import deque
 
-from schedulers.contract import OVERLAP, PLACEHOLDER_TOKEN_ID, DecodeRun, StepPlan
+from schedulers.contract import (
+    OVERLAP,
+    PLACEHOLDER_TOKEN_ID,
+    DecodeRun,
+    DecodeRunStats,
+    StepPlan,
+    StepResult,
+)
 from schedulers.sglang.config import SglangSchedulerConfig
 from schedulers.sglang.req import Req
 from schedulers.sglang.schedule_batch import ScheduleBatch
@@ -107,7 +115,57 @@ class OverlapSglangScheduler(SglangScheduler):
             return None
         return super()._abort_stalled_heads()
 
+    # ------------------------------------------------------------------ decode runs
+    # Not upstream: the replay's fast path in the overlap loop (DESIGN.md, "Decode runs";
+    # schedulers.contract.PipelinedDecodeRunScheduler), predicted and committed with
+    # schedulers/sglang/decode_run.py.
     def decode_run(self, limit: int) -> DecodeRun | None:
-        """No decode runs: they are the synchronous loop's fast path (DESIGN.md, "Decode
-        runs"); the engine never asks a pipelined scheduler for one."""
+        """No synchronous decode runs: this scheduler's runs are `pipelined_decode_run`'s."""
         return None
+
+    def pipelined_decode_run(self, limit: int, in_flight: StepPlan, result: StepResult
+                             ) -> DecodeRun | None:
+        """The steady loop calls ahead (at most `limit`) while `in_flight`, the one batch in
+        `result_queue` (sampling `result`), is committed: it must decode the running batch,
+        every request of it live (neither finished, aborted nor retracted while in flight)
+        and sampling no stop token, and have retracted and aborted nothing; see
+        `SglangDecodeRuns.next_pipelined_run`."""
+        queue = self.result_queue
+        if (in_flight.preempted or in_flight.aborted or len(queue) != 1
+                or queue[0][0] != in_flight.step):
+            return None
+        batch = queue[0][1]
+        reqs = self.running_batch.reqs
+        if batch.forward_mode != "decode" or len(batch.reqs) != len(reqs):
+            return None
+        sampled = result.sampled_token_ids
+        for a, r in zip(batch.reqs, reqs):
+            if (a is not r or r.finished_reason is not None or r.to_finish is not None
+                    or r.is_retracted
+                    or (not r.ignore_eos and sampled.get(r.rid) == r.eos_token_id)):
+                return None
+        return self.decode_runs.next_pipelined_run(limit)
+
+    def commit_pipelined_decode_run(self, run: DecodeRun, tokens: list[list[int]]
+                                    ) -> tuple[StepPlan, DecodeRunStats]:
+        """schedulers.contract.PipelinedDecodeRunScheduler.commit_pipelined_decode_run: calls
+        `0 .. k - 2` at once (`SglangDecodeRuns.commit_pipelined_calls`), then call `k - 1`
+        with the mirrored `schedule()` and `update_from_output()`, so that its plan (the one
+        batch in flight after the run) and its commit's finishes are upstream's."""
+        k = run.num_steps(tokens)
+        queue = self.result_queue
+        step, _ = queue.popleft()  # the batch in flight, committed by call 0
+        used, cached = self.decode_runs.commit_pipelined_calls(tokens)
+        # the batch of step k - 2 (plan `step + k - 1`), launched by call k - 2
+        queue.append((step + k - 1, self._copy(self.running_batch)))
+        plan = self.schedule()
+        num_running = self.req_to_token_pool.num_used_rows()
+        reqs = queue[0][1].reqs
+        events = self.update_from_output(
+            StepPlan(step=step + k - 1, page_size=self.page_size),
+            StepResult({r.rid: toks[-1] for r, toks in zip(reqs, tokens)}, 0.0))
+        after = self.stats()
+        used.append(after.kv_used_tokens)
+        cached.append(after.kv_cached_tokens)
+        return plan, DecodeRunStats(used, cached, num_running, len(self.waiting_queue),
+                                    events.finished, self.req_to_token_pool.num_used_rows())

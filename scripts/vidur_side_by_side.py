@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_vs_vidur as bench  # noqa: E402
+import bench_vs_vidur as bench
 
 ROOT = Path(__file__).resolve().parents[1]
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
@@ -216,12 +216,12 @@ def write_figure(runs: list[RunRecords], path: Path) -> None:
     x = np.arange(len(runs))
     ev = [r.evictions for r in runs]
     b1 = ax.bar(x - 0.2, ev, 0.4, color="#555555", label="evictions")
-    b2 = ax.bar(x + 0.2, [r.evicted_requests for r in runs], 0.4, color="#bbbbbb",
+    ax.bar(x + 0.2, [r.evicted_requests for r in runs], 0.4, color="#bbbbbb",
                 label="requests evicted")
     ax.bar_label(b1, labels=[f"{e:,}" for e in ev], fontsize=8, rotation=90, padding=2)
     ax.set_xticks(x, [r.name.replace("vidur (vllm-like)", "vidur").replace("ours ", "")
                       .replace(" ", "\n") for r in runs], fontsize=9)
-    ax.set_ylim(0, max(ev + [1]) * 1.35)
+    ax.set_ylim(0, max([*ev, 1]) * 1.35)
     ax.legend(frameon=False, loc="upper right", fontsize=9)
     ax.set_title("evictions (Vidur restarts, our preemptions)")
     fig.tight_layout()

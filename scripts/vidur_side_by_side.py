@@ -242,16 +242,18 @@ def write_report(runs: list[RunRecords], rows: list[dict[str, object]], report: 
              "Ours: `executor.cost_model=measured` (Vidur's A100 Llama-2-7B per-operator "
              "profiles, interpolated per operator by engines/measured_cost.py, plus 2 ms of CPU "
              "time per step); Vidur 0.0.26: its random forests trained on the same profiles "
-             "(scripts/vidur_offline), CPU overheads not modelled (its default).", "",
+             "(scripts/vidur_offline); its step time is the layers' only (vidur/entities/"
+             "execution_time.py: `total_time` is `model_time`, no embedding, LM head or CPU "
+             "time). Times in seconds unless marked.", "",
              "| system | metric | n | mean | p10 | p25 | p50 | p75 | p90 | p99 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        scale = 1e3 if r["metric"] == "step_s" else 1.0
+    for row in rows:
+        scale = 1e3 if row["metric"] == "step_s" else 1.0
         unit = {"ttft_s": "TTFT (s)", "e2e_s": "E2E (s)", "decode_s": "E2E - TTFT (s)",
-                "step_s": "step (ms)"}[str(r["metric"])]
-        vals = " | ".join(_fmt(float(r[k]) * scale) for k in  # type: ignore[arg-type]
+                "step_s": "step (ms)"}[str(row["metric"])]
+        vals = " | ".join(_fmt(float(row[k]) * scale) for k in  # type: ignore[arg-type]
                           ("mean", "p10", "p25", "p50", "p75", "p90", "p99"))
-        lines.append(f"| {r['system']} | {unit} | {r['count']:,} | {vals} |")
+        lines.append(f"| {row['system']} | {unit} | {row['count']:,} | {vals} |")
     lines += ["", "| system | steps | tokens per step (mean) | evictions | requests evicted | "
               "max per request | unfinished |", "|---|---|---|---|---|---|---|"]
     for r in runs:

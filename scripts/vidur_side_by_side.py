@@ -239,6 +239,11 @@ def write_report(runs: list[RunRecords], rows: list[dict[str, object]], report: 
     the explanation (a Markdown file passed in: the reading of both schedulers' code)."""
     lines = ["# Vidur and ours side by side on the bench_vs_vidur workload", "", "```",
              command, "```", "",
+             "From scratch: set Vidur up once (`VIDUR_MIRROR=<bare git mirror of microsoft/vidur> "
+             "scripts/vidur_offline/setup.sh`), then the same command without `--reuse` and "
+             "`--vidur-run` runs Vidur through scripts/vidur_offline/run_vidur.sh with "
+             "`--metrics_config_keep_individual_batch_metrics` (about 5 minutes here, its "
+             "random forests trained on the first run) and our runs (about 3 minutes each).", "",
              "Ours: `executor.cost_model=measured` (Vidur's A100 Llama-2-7B per-operator "
              "profiles, interpolated per operator by engines/measured_cost.py, plus 2 ms of CPU "
              "time per step); Vidur 0.0.26: its random forests trained on the same profiles "

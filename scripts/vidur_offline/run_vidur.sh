@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_vidur.sh OUT TRACE N: Vidur 0.0.26 (set up by setup.sh) on scripts/bench_vs_vidur.py's
-# workload: the flags of its vidur_command, then the offline dataset, cache and training flags.
+# workload: the flags of its vidur_command, then the offline dataset, cache and training flags;
+# any further arguments are passed on to vidur.main (e.g. --metrics_config_keep_individual_batch_metrics).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 W="${VIDUR_WORK:-/tmp/vidur_work}"
@@ -26,4 +27,4 @@ exec "$W/venv/bin/python" "$HERE/restart_fix.py" \
   --${P}_prediction_max_tokens_per_request 4096 \
   --${P}_num_estimators 250 --${P}_k_fold_cv_splits 5 \
   --no-metrics_config_enable_chrome_trace --no-metrics_config_store_plots \
-  --no-metrics_config_write_json_trace
+  --no-metrics_config_write_json_trace "${@:4}"

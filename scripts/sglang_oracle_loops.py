@@ -48,6 +48,8 @@ from array import array
 from pathlib import Path
 from types import SimpleNamespace
 
+from oracle_workload import fake_token, read_records  # beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 # The workload keys this driver reads, with the defaults of schedulers/sglang/conformance.py.
 DEFAULTS = {"page_size": 1, "schedule_policy": "fcfs", "chunked_prefill_size": 8192,
@@ -57,23 +59,9 @@ DEFAULTS = {"page_size": 1, "schedule_policy": "fcfs", "chunked_prefill_size": 8
             "priority_scheduling_preemption_threshold": 10, "disable_overlap_schedule": True}
 
 
-def fake_token(rid: str, seq_len: int) -> int:
-    """docs/CONFORMANCE.md: the token of request `r<i>` whose sequence holds `seq_len`."""
-    return 3 + (int(rid[1:]) * 7919 + seq_len * 104729) % 31000
-
-
 def read_workload(path: str) -> tuple[dict, list[dict]]:
     """The config line (defaults filled in) and the requests in file order."""
-    cfg: dict | None = None
-    reqs: list[dict] = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                rec = json.loads(line)
-                if rec["type"] == "config":
-                    cfg = rec
-                elif rec["type"] == "request":
-                    reqs.append(rec)
+    cfg, reqs = read_records(path)
     if cfg is None or cfg.get("scheduler") != "sglang":
         raise SystemExit(f"{path}: the config line must say scheduler 'sglang'")
     return {**DEFAULTS, **cfg}, reqs

@@ -40,6 +40,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 import torch
+from oracle_workload import fake_token, read_records  # beside this script
 from vllm import SamplingParams
 from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.utils.hashing import get_hash_fn_by_name
@@ -68,24 +69,10 @@ DEFAULTS = {"block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 204
             "async_scheduling": False}
 
 
-def fake_token(request_id: str, seq_len: int) -> int:
-    """docs/CONFORMANCE.md: the token of request `r<i>` whose sequence holds `seq_len`."""
-    return 3 + (int(request_id[1:]) * 7919 + seq_len * 104729) % 31000
-
-
 def read_workload(path: str) -> tuple[dict, list[dict]]:
     """The config line (defaults filled in) and the requests, by (arrival_step, number)."""
-    cfg: dict = {}
-    reqs: list[dict] = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                rec = json.loads(line)
-                if rec["type"] == "config":
-                    cfg = rec
-                elif rec["type"] == "request":
-                    reqs.append(rec)
-    if "num_blocks" not in cfg:
+    cfg, reqs = read_records(path)
+    if cfg is None or "num_blocks" not in cfg:
         raise SystemExit(f"{path}: the config line has no num_blocks")
     reqs.sort(key=lambda r: (r["arrival_step"], int(r["id"][1:])))
     return {**DEFAULTS, **cfg}, reqs

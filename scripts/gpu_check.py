@@ -63,12 +63,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from profile_executor import TimedExecutor  # beside this script
+
 from engines.executors.real import RealExecutor
 from engines.model import DecoderConfig, PagedDecoder, RopeConfig
 from kernels import build_metadata
 from kernels import flash_attn as fa
 from kernels.torch_ref import paged_attention_ref
-from schedulers.contract import ScheduledChunk, StepPlan, StepResult
+from schedulers.contract import ScheduledChunk, StepPlan
 
 LLAMA3_8B = DecoderConfig(
     architecture="LlamaForCausalLM", vocab_size=128256, hidden_size=4096,
@@ -416,24 +418,6 @@ def _run_stats(result: Any) -> dict[str, float]:
             "num_preemptions": float(req["num_preemptions"].sum())}
 
 
-class StepRecorder:
-    """Wraps the real executor; keeps each step's shape and measured seconds."""
-
-    def __init__(self, inner: RealExecutor) -> None:
-        self.inner = inner
-        self.steps: list[tuple[Any, float]] = []
-
-    def register(self, request: Any) -> None:
-        self.inner.register(request)
-
-    def execute(self, plan: StepPlan) -> StepResult:
-        from engines.cost_model import StepShape
-
-        result = self.inner.execute(plan)
-        self.steps.append((StepShape.of(plan), result.duration_s))
-        return result
-
-
 def sim_vs_real(device: torch.device, cpu: bool, out_dir: Path) -> dict[str, Any]:
     """Section 7: one vLLM run on the real executor and on the simulator fitted to
     profile.json; sim_vs_real.csv."""
@@ -466,7 +450,7 @@ def sim_vs_real(device: torch.device, cpu: bool, out_dir: Path) -> dict[str, Any
     cost = FittedCostModel.from_profile(out_dir / "profile.json")
     model = _shape_model(device, cpu)
     real_ex = RealExecutor(model, kernel="auto", num_slots=(w["kv"] // PAGE + 1) * PAGE)
-    recording = StepRecorder(real_ex)
+    recording = TimedExecutor(real_ex)
     real = _run_stats(Engine(scheduler(), recording, requests()).run())
     steps = recording.steps
     del real_ex, recording, model

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 from fcfs_double import ENTRY as FCFS_DOUBLE_ENTRY
+from omegaconf import DictConfig
 
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
@@ -35,6 +36,26 @@ TINY_HW = HardwareSpec(name="hw", peak_flops=1e12, memory_bandwidth=1e9,
 # The test-only scheduler joins through the registry alone (no YAML, no code in experiments/).
 if registry.find(FCFS_DOUBLE_ENTRY.name) is None:
     registry.register(FCFS_DOUBLE_ENTRY)
+
+
+def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False
+                   ) -> DictConfig:
+    """The run config conf/config.yaml composes with `overrides`, as a job gets it (the
+    schemas registered; Hydra's global state cleared before and after); with
+    `return_hydra_config`, Hydra's own node too."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from experiments.run.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+            return compose(config_name="config", overrides=list(overrides),
+                           return_hydra_config=return_hydra_config)
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

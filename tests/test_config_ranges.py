@@ -12,11 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 from omegaconf import DictConfig
 
-from experiments.run.config import register_configs
 from experiments.run.main import CONF_DIR, run_experiment
 from experiments.run.preflight import check_command_line
 from experiments.run.ranges import check_ranges, range_problems
@@ -27,13 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def compose_cfg(*overrides: str) -> DictConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            return compose(config_name="config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(list(overrides))
 
 
 # The values the issue found accepted without a word, each with the key and value the

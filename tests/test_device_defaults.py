@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 
 from experiments.run.build import build_scheduler_with_settings
-from experiments.run.config import register_configs
 from experiments.run.main import run_experiment
 from schedulers import registry
 from schedulers.device_defaults import GIB, MIB, DeviceSpec
@@ -129,15 +127,9 @@ def test_registry_refuses_device_fields_without_a_resolver() -> None:
 # --- summary.json ----------------------------------------------------------------------------
 
 def run_job(tmp_path: Path, *overrides: str) -> dict[str, Any]:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=[
-                "workload.num_requests=12", "workload.request_rate=100", "progress=off",
-                *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config([
+        "workload.num_requests=12", "workload.request_rate=100", "progress=off",
+        *overrides])
     return run_experiment(cfg, tmp_path / "job")
 
 

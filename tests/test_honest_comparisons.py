@@ -15,8 +15,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 from omegaconf import DictConfig
 
 from engines.model.tiny import save_tiny_checkpoint
@@ -31,7 +30,6 @@ from experiments.report.tables import (
 )
 from experiments.results.metrics import rejection_kind
 from experiments.run.build import build_scheduler
-from experiments.run.config import register_configs
 from experiments.run.main import format_summary, run_experiment
 from experiments.run.provenance import git_state
 from experiments.run.wandb_log import offline_runs, read_offline_run
@@ -51,13 +49,7 @@ SHORT = ["workload.num_requests=12", "workload.request_rate=50", "kv_capacity_to
 
 
 def job_config(*overrides: str) -> DictConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return compose(config_name="config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(list(overrides))
 
 
 def write_job(sweep: Path, num: int, overrides: list[str], *cfg: str) -> dict[str, Any]:

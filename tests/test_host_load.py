@@ -9,12 +9,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 
 import experiments.run.main as run_main
 from engines.model.tiny import save_tiny_checkpoint
-from experiments.run.config import register_configs
 from experiments.run.host_load import HostLoad, overload_warning, sample_host_load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,17 +36,11 @@ def test_a_load_above_the_cores_is_overloaded_and_said_once_per_sample() -> None
 
 
 def job(tmp_path: Path, overrides: list[str]) -> dict[str, object]:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=[
-                "workload.num_requests=4", "workload.vocab_size=256", "kv_capacity_tokens=256",
-                "workload.prompt_len={dist:uniform,low:8,high:16}",
-                "workload.output_len={dist:uniform,low:2,high:6}", "progress=off",
-                *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config([
+        "workload.num_requests=4", "workload.vocab_size=256", "kv_capacity_tokens=256",
+        "workload.prompt_len={dist:uniform,low:8,high:16}",
+        "workload.output_len={dist:uniform,low:2,high:6}", "progress=off",
+        *overrides])
     return run_main.run_experiment(cfg, tmp_path / "job")
 
 

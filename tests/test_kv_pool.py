@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 
 from engines.executors.specs import HardwareSpec, ModelSpec
 from engines.kv_pool import activation_peak_bytes, auto_kv_pool
@@ -23,7 +22,6 @@ from experiments.run.build import (
     resolve_kv_capacity,
 )
 from experiments.run.caveats import run_warnings
-from experiments.run.config import register_configs
 from experiments.run.main import run_experiment, validate_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,14 +102,8 @@ def test_an_explicit_pool_wins() -> None:
 
 
 def job_config(*overrides: str, small: bool = True) -> Any:
-    register_configs()
-    GlobalHydra.instance().clear()
     few = ["workload.num_requests=12", "workload.request_rate=100"] if small else []
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return compose(config_name="config", overrides=[*few, "progress=off", *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config([*few, "progress=off", *overrides])
 
 
 def test_summary_records_the_auto_pool_and_how_it_was_computed(tmp_path: Path) -> None:

@@ -7,15 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 from omegaconf import DictConfig
 
 from experiments.inputs.input_changes import ContextCapCounter
 from experiments.inputs.traces import TraceError, read_trace
 from experiments.inputs.workloads import stream_workload
 from experiments.inputs.workloads.arrivals import check_rate
-from experiments.run.config import explain_override_error, register_configs
+from experiments.run.config import explain_override_error
 from experiments.run.main import CONF_DIR, validate_run_config
 from schedulers.contract import Request
 from schedulers.vllm import VllmSchedulerConfig
@@ -98,13 +97,7 @@ def test_a_lengths_file_without_rows_is_named(tmp_path: Path, text: str, why: st
 
 
 def compose_cfg(*overrides: str) -> DictConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            return compose(config_name="config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(list(overrides))
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 
 from engines.cost_model import RooflineCostModel
 from engines.executors.sim import SimExecutor
@@ -28,8 +27,7 @@ from engines.measured_cost import (
     interp,
 )
 from experiments.run.build import build_cost_model, build_executor, step_time_source
-from experiments.run.config import register_configs
-from experiments.run.main import CONF_DIR, run_experiment
+from experiments.run.main import run_experiment
 from schedulers.contract import Request, ScheduledChunk, StepPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,15 +193,9 @@ def test_step_time_source_names_each_cost_model() -> None:
 
 
 def test_a_measured_job_runs_end_to_end(tmp_path: Path) -> None:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            cfg = compose(config_name="config", overrides=[
-                "executor.cost_model=measured", "model=llama2_7b", "hardware=a100_80g",
-                "workload.num_requests=40", "kv_capacity_tokens=8192"])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config([
+        "executor.cost_model=measured", "model=llama2_7b", "hardware=a100_80g",
+        "workload.num_requests=40", "kv_capacity_tokens=8192"])
     summary = run_experiment(cfg, tmp_path / "job")
     assert summary["status"] == "ok" and summary["completed"] == 40
     assert summary["step_time_source"] == "measured profile: vidur a100 llama-2-7b"

@@ -7,10 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 
-from experiments.run.config import register_configs
 from experiments.run.host_load import load_fields, sample_host_load
 from experiments.run.main import run_experiment
 from experiments.run.wandb_log import HISTORY, HISTORY_PREFIX, summary_key
@@ -34,15 +32,9 @@ def documented() -> dict[str, str]:
 
 
 def job_summary(tmp_path: Path) -> dict[str, object]:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=[
-                "workload.num_requests=40", "workload.request_rate=400",
-                "kv_capacity_tokens=2048", "progress=off"])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config([
+        "workload.num_requests=40", "workload.request_rate=400",
+        "kv_capacity_tokens=2048", "progress=off"])
     return run_experiment(cfg, tmp_path / "job")
 
 

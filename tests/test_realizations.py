@@ -7,14 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_config
 
 from experiments.inputs.traces import TraceRecord
 from experiments.inputs.workloads import build_workload, workload_seed
 from experiments.inputs.workloads.realization import realization_seed
 from experiments.inputs.workloads.transforms import ReplayOptions, select_records
-from experiments.run.config import register_configs
 from experiments.run.main import run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,15 +67,9 @@ def test_trace_realizations_shift_the_time_window_by_its_length() -> None:
 
 
 def job(tmp_path: Path, *overrides: str) -> dict[str, object]:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=[
-                "workload.num_requests=30", "workload.request_rate=300",
-                "kv_capacity_tokens=2048", "progress=off", "seed=4", *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config([
+        "workload.num_requests=30", "workload.request_rate=300",
+        "kv_capacity_tokens=2048", "progress=off", "seed=4", *overrides])
     return run_experiment(cfg, tmp_path / "_".join(overrides or ("job",)))
 
 
@@ -93,12 +85,5 @@ def test_summary_records_the_realization_and_the_seeds_it_derived(tmp_path: Path
 
 
 def test_repeats_sweeps_the_realizations() -> None:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=["repeats=5"],
-                          return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config(["repeats=5"], return_hydra_config=True)
     assert cfg.hydra.sweeper.params["workload.realization"] == "range(5)"

@@ -250,6 +250,13 @@ def write_report(runs: list[RunRecords], rows: list[dict[str, object]], report: 
              "(scripts/vidur_offline); its step time is the layers' only (vidur/entities/"
              "execution_time.py: `total_time` is `model_time`, no embedding, LM head or CPU "
              "time). Times in seconds unless marked.", "",
+             "Setting: Llama-2-7B on A100-80GB; the synchronous loops (vLLM "
+             "`async_scheduling=false`, SGLang `disable_overlap_schedule=true`); the bench's "
+             f"KV pool, {bench.KV_TOKENS:,} token slots ({bench.KV_TOKENS // bench.PAGE:,} "
+             f"blocks of {bench.PAGE}), for "
+             "every system; one run per system: both simulators are deterministic on a given "
+             "workload and no realisations were drawn, so there are no intervals; n is the "
+             "count behind each row.", "",
              "| system | metric | n | mean | p10 | p25 | p50 | p75 | p90 | p99 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -61,6 +61,22 @@ class LoopChoice:
 
 
 @dataclass(frozen=True, slots=True)
+class LoopFallback:
+    """The loop a scheduler runs instead of the one its config's fields select, when another
+    field rules that one out: `fields` select the loop it runs (the fields of one of its
+    `LoopChoice`s), `reason` says why (summary.json `engine_loop_source`, and a warning).
+
+    Mirrors how upstream's launchers resolve a loop flag a feature cannot run with rather
+    than refuse it (sglang/srt/arg_groups/speculative_hook.py: _disable_overlap_schedule_for_cpu,
+    a `declare_resolution` of disable_overlap_schedule=True with a warning; vllm/config/
+    vllm.py: VllmConfig.__post_init__, async_scheduling None becoming False where the
+    executor or the model cannot)."""
+
+    fields: tuple[tuple[str, Any], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerEntry:
     """One scheduler: what builds it from a config and what the harness may ask of it.
 
@@ -85,8 +101,11 @@ class SchedulerEntry:
       `check_invariants()` (`schedulers.contract.SelfCheckingScheduler`);
     - `loops`: the engine loops it can run (`LoopChoice`: the loop and the config fields
       that select it; a built one declares the loop it runs as `engine_loop`,
-      `schedulers.contract.LoopDeclaringScheduler`); the first is the one its config's
-      defaults select;
+      `schedulers.contract.LoopDeclaringScheduler`); the first is the one its config
+      class's defaults select (a run config's YAML may select another: upstream's default
+      deployment loop); `loop_fallback(fields)`, when given, names the loop the scheduler
+      runs instead when the other fields rule the selected one out (`LoopFallback`; None:
+      the selected loop runs); `loop_for(fields)` says which loop a config runs and why;
     - `upstream`: the pinned upstream release it mirrors (e.g. "vllm 0.32.0"), whose recorded
       decisions its conformance cases (tests/conformance/<name>/) replay; then
       `conformance(config_line)` builds it from a conformance workload (docs/CONFORMANCE.md)
@@ -123,6 +142,7 @@ class SchedulerEntry:
     conformance: Callable[[Mapping[str, Any]], Scheduler] | None = None
     conformance_rules: ConformanceRules = field(default_factory=ConformanceRules)
     loops: tuple[LoopChoice, ...] = (LoopChoice("synchronous"),)
+    loop_fallback: Callable[[Mapping[str, Any]], LoopFallback | None] | None = None
     device_fields: tuple[str, ...] = ()
     device_defaults: Callable[[Mapping[str, Any], DeviceSpec], Mapping[str, Setting]] | None = None
     in_default_comparison: bool = True
@@ -154,6 +174,33 @@ class SchedulerEntry:
                              "scheduler does not swap; valid: recompute")
         return self.config_cls.from_capacity(kv_capacity_tokens, **fields)
 
+    def selected_loop(self, fields: Mapping[str, Any]) -> LoopChoice:
+        """The loop whose selecting fields `fields` hold (a field `fields` lacks: the config
+        class's default); the first of `loops` when none matches."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self.config_cls)}
+        for choice in self.loops:
+            if all(fields.get(k, defaults.get(k)) == v for k, v in choice.fields):
+                return choice
+        return self.loops[0]
+
+    def loop_for(self, fields: Mapping[str, Any]) -> tuple[dict[str, Any], Setting, bool]:
+        """Which engine loop a config of `fields` runs: the fields to build it with (the
+        `loop_fallback`'s selecting fields applied), the loop's name with its source (the
+        selecting fields as the config gives them, or the fallback's reason), and whether a
+        fallback replaced the loop the fields selected."""
+        selected = self.selected_loop(fields)
+        fallback = self.loop_fallback(fields) if self.loop_fallback is not None else None
+        if fallback is not None:
+            out = {**fields, **dict(fallback.fields)}
+            chosen = self.selected_loop(out)
+            if chosen.loop != selected.loop:
+                return out, Setting(chosen.loop, f"{selected.loop} ruled out: "
+                                    f"{fallback.reason}"), True
+        if len(self.loops) == 1:
+            return dict(fields), Setting(selected.loop, "the scheduler's only loop"), False
+        given = ", ".join(f"{k}={_yaml_value(v)}" for k, v in selected.fields)
+        return dict(fields), Setting(selected.loop, f"config ({given})"), False
+
     def invariant_check(self, scheduler: Scheduler) -> Callable[[], None] | None:
         """The check of `scheduler`'s bookkeeping (None when it declares no self-check)."""
         if not self.self_check:
@@ -165,6 +212,11 @@ class SchedulerEntry:
             raise TypeError(f"scheduler registry: {self.name!r} declares self_check but "
                             f"{type(scheduler).__name__} has no check_invariants()")
         return scheduler.check_invariants
+
+
+def _yaml_value(value: Any) -> str:
+    """`value` as an override writes it (true/false for a bool)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 _ENTRIES: dict[str, SchedulerEntry] = {}

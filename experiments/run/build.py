@@ -40,7 +40,7 @@ from engines.measured_cost import (
 from experiments.paths import project_path
 from experiments.run.preflight import AUTO, check_real_executor, parse_kv_capacity
 from schedulers import registry
-from schedulers.contract import Scheduler
+from schedulers.contract import SYNCHRONOUS, LoopDeclaringScheduler, Scheduler
 from schedulers.device_defaults import FROM_CONFIG, DeviceSpec, Setting
 
 T = TypeVar("T")
@@ -171,11 +171,15 @@ def effective_context_length(scheduler: Scheduler, ctx: ContextLength) -> int | 
 @dataclass(frozen=True, slots=True)
 class SchedulerFields:
     """A registered scheduler's config fields as it is built (`fields`: what its config class
-    receives) and the value and source of each of its device-sized limits (`settings`, the
-    entry's `device_fields`: summary.json `scheduler_limits`)."""
+    receives), the value and source of each of its device-sized limits (`settings`, the
+    entry's `device_fields`: summary.json `scheduler_limits`), and the engine loop it runs
+    with its source (`loop`: summary.json `engine_loop_source`; `loop_fallback`: a field
+    ruled out the loop the config selected, `SchedulerEntry.loop_fallback`)."""
 
     fields: dict[str, Any]
     settings: dict[str, Setting]
+    loop: Setting
+    loop_fallback: bool = False
 
 
 def scheduler_fields(entry: registry.SchedulerEntry, fields: Mapping[str, Any],
@@ -185,7 +189,8 @@ def scheduler_fields(entry: registry.SchedulerEntry, fields: Mapping[str, Any],
     comparison can give both the same (unset: the config class's default); every device
     field the config leaves unset (null) gets the value upstream's launcher resolves for
     `device` (`entry.device_defaults`; None: a device whose memory is unknown); an explicit
-    value always wins."""
+    value always wins. The engine loop is the one the fields select, unless the entry's
+    `loop_fallback` rules it out (`SchedulerEntry.loop_for`)."""
     out = dict(fields)
     key = entry.context_field
     if key is not None:
@@ -200,7 +205,21 @@ def scheduler_fields(entry: registry.SchedulerEntry, fields: Mapping[str, Any],
         for k in entry.device_fields:
             settings[k] = resolved[k]
             out[k] = resolved[k].value
-    return SchedulerFields(out, settings)
+    out, loop, fell_back = entry.loop_for(out)
+    return SchedulerFields(out, settings, loop, fell_back)
+
+
+@dataclass(frozen=True, slots=True)
+class JobScheduler:
+    """A job's scheduler, the value and source of each device-sized limit it resolved
+    (`limits`: summary.json `scheduler_limits`) and of its engine loop (`loop`:
+    `engine_loop`, `engine_loop_source`), and the warning a loop fallback leaves (None: the
+    loop the config selected runs)."""
+
+    scheduler: Scheduler
+    limits: dict[str, Setting]
+    loop: Setting
+    loop_warning: str | None = None
 
 
 def build_scheduler_with_settings(cfg_scheduler: Mapping[str, Any] | DictConfig,
@@ -208,9 +227,20 @@ def build_scheduler_with_settings(cfg_scheduler: Mapping[str, Any] | DictConfig,
                                   device: DeviceSpec | None = None, random_seed: int = 0
                                   ) -> tuple[Scheduler, dict[str, Setting]]:
     """`build_scheduler`, and the value and source of each device-sized limit it resolved
-    (empty for a `target` scheduler, which gets its fields as given). A null
-    `scheduler.random_seed` (the schema's default) becomes `random_seed` (the run's seed of
-    its realisation: `experiments.run.main.run_experiment`)."""
+    (empty for a `target` scheduler, which gets its fields as given)."""
+    job = build_job_scheduler(cfg_scheduler, kv_capacity_tokens, max_model_len, device,
+                              random_seed)
+    return job.scheduler, job.limits
+
+
+def build_job_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
+                        kv_capacity_tokens: int, max_model_len: int | None = None,
+                        device: DeviceSpec | None = None, random_seed: int = 0
+                        ) -> JobScheduler:
+    """`build_scheduler`, with the value and source of each device-sized limit and of the
+    engine loop (`JobScheduler`). A null `scheduler.random_seed` (the schema's default)
+    becomes `random_seed` (the run's seed of its realisation:
+    `experiments.run.main.run_experiment`)."""
     fields = as_dict(cfg_scheduler)
     if "random_seed" in fields and fields["random_seed"] is None:
         fields["random_seed"] = int(random_seed)
@@ -225,10 +255,14 @@ def build_scheduler_with_settings(cfg_scheduler: Mapping[str, Any] | DictConfig,
         except TypeError as e:
             raise ValueError(f"scheduler.target={target!r}: cannot be called with "
                              f"{', '.join(sorted(fields)) or 'no fields'} ({e})") from e
-        return sched, {}
+        loop = sched.engine_loop if isinstance(sched, LoopDeclaringScheduler) else SYNCHRONOUS
+        return JobScheduler(sched, {}, Setting(loop.name, f"scheduler.target {target}"))
     entry = registry.get(name)
     resolved = scheduler_fields(entry, fields, max_model_len, device)
-    return entry.build(entry.config(kv_capacity_tokens, **resolved.fields)), resolved.settings
+    sched = entry.build(entry.config(kv_capacity_tokens, **resolved.fields))
+    warning = (f"engine loop: {entry.name} runs {resolved.loop.value}: {resolved.loop.source}"
+               if resolved.loop_fallback else None)
+    return JobScheduler(sched, resolved.settings, resolved.loop, warning)
 
 
 def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,

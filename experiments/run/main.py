@@ -78,8 +78,8 @@ from experiments.run.build import (
     build_admission,
     build_executor,
     build_hardware,
+    build_job_scheduler,
     build_model,
-    build_scheduler_with_settings,
     check_context_length,
     config_page_size,
     cost_model_summary,
@@ -299,8 +299,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         # the random victim policy's seed: scheduler.random_seed, or (null) the run's seed of
         # this realisation, as the workload's
         policy_seed = realization_seed(seed, realization)
-        scheduler, limits = build_scheduler_with_settings(cfg.scheduler, kv_capacity, ctx.value,
-                                                          hardware.device, policy_seed)
+        job_scheduler = build_job_scheduler(cfg.scheduler, kv_capacity, ctx.value,
+                                            hardware.device, policy_seed)
+        scheduler = job_scheduler.scheduler
         # vLLM's pool adds the null block: one page beyond the capacity covers both designs.
         executor = build_executor(cfg.executor, model, hardware,
                                   num_slots=kv_capacity + scheduler.page_size)
@@ -322,6 +323,10 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         try:
             engine = Engine(scheduler, executor, requests, recorder=recorder, check=check,
                             admission=admission)
+            if engine.loop.name != job_scheduler.loop.value:
+                raise RuntimeError(f"{scheduler.name}: the config resolved the engine loop "
+                                   f"{job_scheduler.loop.value!r} ({job_scheduler.loop.source})"
+                                   f" but the built scheduler declares {engine.loop.name!r}")
             result = engine.run()
         finally:
             if isinstance(recorder, ProgressRecorder):
@@ -337,6 +342,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             "scheduler": scheduler.name,
             # the loop that drove it (DESIGN.md, "Engine loops"): synchronous or batch_queue
             "engine_loop": engine.loop.name,
+            # the config's fields that selected it, or why another one runs
+            "engine_loop_source": job_scheduler.loop.source,
             "executor": str(cfg.executor.name),
             "clock": step_clock(cfg.executor, executor),
             **cost_model_summary(cfg.executor),
@@ -354,13 +361,15 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             "max_model_len": effective_context_length(scheduler, ctx),
             "max_model_len_source": ctx.source,
             "model_context_length": model_context,
-            "scheduler_limits": {k: v.as_dict() for k, v in limits.items()},
+            "scheduler_limits": {k: v.as_dict() for k, v in job_scheduler.limits.items()},
             **git_state(),
             **core_summary(),
             **compute_metrics_from_files(*spool, slo_ms=_slo(cfg),
                                          kv_capacity_tokens=kv_capacity),
         }
         summary["warnings"] = run_warnings(summary)
+        if job_scheduler.loop_warning is not None:
+            summary["warnings"].append(job_scheduler.loop_warning)
         if load_start is not None:
             load_end = sample_host_load()
             summary.update(load_fields(load_start, load_end))

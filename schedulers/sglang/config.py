@@ -43,8 +43,11 @@ class SglangSchedulerConfig(EvictionOptions):
     `disable_overlap_schedule` (upstream's `--disable-overlap-schedule`): False runs
     `Scheduler.event_loop_overlap` (the next batch planned while the previous one runs:
     schedulers/sglang/overlap.py, the engine's overlap loop), True `event_loop_normal`.
-    Upstream's default is False (overlap); the project's default stays True (synchronous)
-    until the studies move to the pipelined loops.
+    Upstream's default is False (overlap), and so is a run's (conf/scheduler/sglang.yaml);
+    this class's default stays True (synchronous), so that a config built directly (the
+    conformance cases recorded before the key, the unit tests) runs the loop it names. With
+    `preemption_mode=swap` (ours) the run resolves it to True and says so
+    (schedulers/sglang/entry.py: `_loop_fallback`); built directly, the pair is refused.
     """
 
     max_total_tokens: int

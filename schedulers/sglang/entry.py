@@ -3,7 +3,10 @@ what it may ask of it, and how its conformance cases replay SGLang's components.
 
 from __future__ import annotations
 
-from schedulers.registry import LoopChoice, SchedulerEntry, register
+from collections.abc import Mapping
+from typing import Any
+
+from schedulers.registry import LoopChoice, LoopFallback, SchedulerEntry, register
 from schedulers.sglang.build import build_scheduler
 from schedulers.sglang.config import SglangSchedulerConfig
 from schedulers.sglang.conformance import sglang_scheduler_from_conformance
@@ -20,6 +23,19 @@ def _request_limit(scheduler: SglangScheduler) -> int:
     return scheduler.config.max_req_len
 
 
+def _loop_fallback(fields: Mapping[str, Any]) -> LoopFallback | None:
+    """`event_loop_normal` for `preemption_mode=swap` (ours: the host pool has no overlap
+    variant, schedulers/sglang/overlap.py), resolved with a warning as upstream's launcher
+    turns overlap off for a feature that cannot run it (speculative_hook.py:
+    _disable_overlap_schedule_for_cpu) instead of refusing the default."""
+    if fields.get("preemption_mode") == "swap" and not fields.get("disable_overlap_schedule",
+                                                                  True):
+        return LoopFallback((("disable_overlap_schedule", True),),
+                            "preemption_mode=swap runs only in the synchronous loop, so "
+                            "disable_overlap_schedule=true")
+    return None
+
+
 ENTRY = register(SchedulerEntry(
     name="sglang", config_cls=SglangSchedulerConfig, build=build_scheduler,
     capacity_field="max_total_tokens", context_field="context_length",
@@ -33,4 +49,5 @@ ENTRY = register(SchedulerEntry(
     # upstream's event_loop_normal, or its event_loop_overlap (a plain SGLang server)
     loops=(LoopChoice("synchronous", (("disable_overlap_schedule", True),)),
            LoopChoice("overlap", (("disable_overlap_schedule", False),))),
+    loop_fallback=_loop_fallback,
 ))

@@ -25,8 +25,10 @@ class VllmSchedulerConfig(EvictionOptions):
 
     `async_scheduling` (vllm/config/scheduler.py: SchedulerConfig.async_scheduling) picks
     the `AsyncScheduler` and the engine's batch queue of two (`schedulers.vllm.build`).
-    Upstream resolves it to True on a GPU server; it stays False here until the studies move
-    to the pipelined loops.
+    Upstream resolves it to True on a GPU server, and a run's default is True too
+    (conf/scheduler/vllm.yaml); this class's default stays False (the plain `Scheduler`), so
+    that a config built directly (the conformance cases recorded before the key, the unit
+    tests) runs the loop it names.
     """
 
     num_blocks: int

@@ -392,7 +392,8 @@ def _measured_cost_model(kind: str, profile: str | None, model: ModelSpec,
         raise ValueError(
             f"executor.cost_model=measured: no measured profile of model={model.name!r} on "
             f"hardware={hardware.name!r}; measured: {'; '.join(available_pairs(root))} "
-            "(or executor.cost_model=fitted_roofline)")
+            "(the default cost model; for another pair set executor.cost_model=fitted_roofline "
+            "or executor.cost_model=roofline)")
     prof = MeasuredProfile.load(folder)
     if (prof.model, prof.hardware) != (model.name, hardware.name):
         raise ValueError(f"executor.profile={profile!r}: measured for model={prof.model} "

@@ -180,8 +180,9 @@ def validate_run_config(cfg: DictConfig) -> None:
     kv = parse_kv_capacity(cfg.kv_capacity_tokens)
     if kv == AUTO and str(cfg.executor.name) == "real":
         raise ValueError("kv_capacity_tokens=auto sizes the pool of the configured hardware "
-                         "for the simulated executor; with executor=real give the pool as a "
-                         "number of token slots (kv_capacity_tokens=N)")
+                         "for the simulated executor (auto is the default); with executor=real "
+                         "give the pool as a number of token slots (kv_capacity_tokens=N, "
+                         "e.g. kv_capacity_tokens=16384)")
     from experiments.run.config import RunConfig
 
     unknown = sorted(set(map(str, cfg.keys())) - {f.name for f in dataclasses.fields(RunConfig)})

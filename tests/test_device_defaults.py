@@ -134,7 +134,8 @@ def run_job(tmp_path: Path, *overrides: str) -> dict[str, Any]:
 
 
 def test_summary_records_each_limit_with_its_source(tmp_path: Path) -> None:
-    unset = run_job(tmp_path / "unset")  # the default config leaves both null, on an H200
+    # the default config leaves both null; on an H200 (stated: the default is an A100)
+    unset = run_job(tmp_path / "unset", "hardware=h200", "executor.cost_model=roofline")
     assert unset["scheduler_limits"] == {
         key: {"value": value, "source": "vllm 0.32.0 get_batch_defaults: NVIDIA H200 140.4 GiB "
                                          "(>= 70 GiB, not an A100)"}

@@ -107,7 +107,8 @@ def job_config(*overrides: str, small: bool = True) -> Any:
 
 
 def test_summary_records_the_auto_pool_and_how_it_was_computed(tmp_path: Path) -> None:
-    summary = run_experiment(job_config("kv_capacity_tokens=auto", "hardware=a100_80g"),
+    summary = run_experiment(job_config("kv_capacity_tokens=auto", "hardware=a100_80g",
+                                        "model=llama3_8b", "executor.cost_model=roofline"),
                              tmp_path / "auto")
     assert summary["kv_capacity_tokens"] == 476_736
     assert summary["kv_capacity_source"].startswith("vllm 0.32.0 determine_available_memory")
@@ -158,7 +159,10 @@ def test_the_prefix_recovery_study_states_its_long_context_and_warns() -> None:
 
 
 def test_a_run_set_above_the_model_on_purpose_warns_in_its_summary(tmp_path: Path) -> None:
-    summary = run_experiment(job_config("max_model_len=16384", "allow_long_max_model_len=true"),
+    summary = run_experiment(job_config("max_model_len=16384", "allow_long_max_model_len=true",
+                                        "model=llama3_8b", "hardware=h200",
+                                        "executor.cost_model=roofline",
+                                        "kv_capacity_tokens=16384"),
                              tmp_path / "job")
     assert summary["model_context_length"] == 8192
     assert any("max_model_len=16384" in w and "on purpose" in w for w in summary["warnings"])

@@ -248,13 +248,13 @@ def test_every_request_finishes_with_the_invariants_held(spec: Spec, knob: int,
 
 
 def test_async_scheduling_runs_end_to_end_through_hydra(tmp_path: Path) -> None:
-    """`scheduler.async_scheduling` (default false here) picks the loop of a whole job; the
-    summary says which loop ran, the step rows what was in flight."""
+    """`scheduler.async_scheduling` (default true, as upstream's) picks the loop of a whole
+    job; the summary says which loop ran, the step rows what was in flight."""
     from test_reliability_config import job_config
 
     from experiments.run.main import run_experiment
 
-    assert job_config().scheduler.async_scheduling is False
+    assert job_config().scheduler.async_scheduling is True
     for flag, loop, in_flight in (("false", "synchronous", {0}), ("true", "batch_queue", {0, 1})):
         summary = run_experiment(job_config(f"scheduler.async_scheduling={flag}"),
                                  tmp_path / flag)

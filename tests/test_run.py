@@ -47,7 +47,7 @@ def test_default_run_writes_outputs(tmp_path: Path) -> None:
     out = tmp_path / "job"
     proc = run(out, *TINY)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["scheduler"] == "vllm" and summary["model"] == "llama3_8b"
+    assert summary["scheduler"] == "vllm" and summary["model"] == "llama2_7b"
     assert summary["completed"] == 30 and summary["num_requests"] == 30
     for key in ("mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "mean_e2el_ms",
                 "request_throughput", "output_throughput", "duration", "num_preemptions",

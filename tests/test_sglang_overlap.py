@@ -125,13 +125,13 @@ def test_every_request_finishes_with_the_invariants_held(spec: Spec, knob: int,
 
 
 def test_the_overlap_loop_runs_end_to_end_through_hydra(tmp_path: Path) -> None:
-    """`scheduler.disable_overlap_schedule` (default true here, pending) picks the loop of a
+    """`scheduler.disable_overlap_schedule` (default false, as upstream's) picks the loop of a
     whole job; the summary says which loop ran, the step rows what was in flight."""
     from test_reliability_config import job_config
 
     from experiments.run.main import run_experiment
 
-    assert job_config("scheduler=sglang").scheduler.disable_overlap_schedule is True
+    assert job_config("scheduler=sglang").scheduler.disable_overlap_schedule is False
     for flag, loop, in_flight in (("true", "synchronous", {0}), ("false", "overlap", {0, 1})):
         summary = run_experiment(job_config("scheduler=sglang",
                                             f"scheduler.disable_overlap_schedule={flag}"),

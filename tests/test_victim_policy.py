@@ -257,7 +257,7 @@ def test_hydra_overrides_reach_the_scheduler(overrides: list[str], field: str) -
 
     from experiments.run.build import build_scheduler
 
-    cfg = job_config(*overrides)
+    cfg = job_config(*overrides, "kv_capacity_tokens=16384")  # a number: built directly
     sched = build_scheduler(cfg.scheduler, int(cfg.kv_capacity_tokens))
     config = sched.config  # type: ignore[attr-defined]
     assert config.victim_policy == "least_progress"

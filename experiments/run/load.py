@@ -107,7 +107,8 @@ def _differences(there: Any, here: Any, prefix: str = "") -> Iterator[tuple[str,
 class LoadResolution:
     """A job's `workload.load` resolved against its capacity file: the rate parameter
     (`param`, a workload key) set to `load` x `capacity`; `capacity_request_rate` is the
-    capacity in requests/s (what the workload offered there during the search)."""
+    capacity in requests/s (what the workload offered there during the search); `target`
+    the SLO attainment the capacity was searched for."""
 
     load: float
     capacity: float
@@ -115,13 +116,14 @@ class LoadResolution:
     param: str
     rate: float
     capacity_file: str
+    target: float | None = None
 
     def summary(self) -> dict[str, Any]:
         """summary.json's load fields."""
         return {"load": self.load, "load_capacity": self.capacity,
                 "load_capacity_request_rate": self.capacity_request_rate,
                 "load_rate_param": f"workload.{self.param}", "load_rate": self.rate,
-                "load_capacity_file": self.capacity_file}
+                "load_capacity_file": self.capacity_file, "load_target": self.target}
 
 
 def read_capacity_file(path_text: str) -> dict[str, Any]:
@@ -202,4 +204,6 @@ def resolve_load(cfg: DictConfig) -> tuple[dict[str, Any], LoadResolution | None
     return workload, LoadResolution(load=load, capacity=float(capacity),
                                     capacity_request_rate=(float(req_rate) if req_rate
                                                            is not None else None),
-                                    param=param, rate=rate, capacity_file=str(capacity_file))
+                                    param=param, rate=rate, capacity_file=str(capacity_file),
+                                    target=(float(data["target"]) if data.get("target")
+                                            is not None else None))

@@ -66,7 +66,8 @@ def test_the_scripts_are_pips_and_import_the_copy(installed: Installed, elsewher
                            check=True).stdout.split()
     assert Path(where[0]).resolve().is_relative_to(installed.checkout.resolve())
     assert set(console_scripts(installed.checkout)) == {
-        "schedbench-run", "schedbench-report", "schedbench-conformance"}
+        "schedbench-run", "schedbench-report", "schedbench-conformance",
+        "schedbench-capacity"}
 
 
 @pytest.mark.parametrize("place", PLACES)

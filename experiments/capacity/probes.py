@@ -5,6 +5,7 @@ function every job runs), its SLO attainment judged by `RULE`."""
 from __future__ import annotations
 
 import copy
+import math
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -40,7 +41,8 @@ class Probe:
     def as_dict(self) -> dict[str, Any]:
         """The probe as capacity.json holds it."""
         return {"rate": self.rate, "attainment": self.attainment,
-                "attainment_ci95": list(self.ci), "per_realization": self.per_realization,
+                "attainment_ci95": [None if math.isnan(x) else x for x in self.ci],
+                "per_realization": self.per_realization,
                 "offered_request_rate": self.offered_request_rate,
                 "request_goodput": self.request_goodput, "passed": self.passed,
                 **({"jobs": self.jobs} if self.jobs else {})}

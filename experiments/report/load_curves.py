@@ -43,7 +43,7 @@ PANELS = (
     ("p99_tpot_ms", "p99 TPOT (ms)", 1.0),
 )
 # Text at 7 pt or more at the width the figure is drawn for (one column).
-_RC: dict[str, Any] = {"font.size": 7.5, "axes.labelsize": 7.5, "axes.titlesize": 8,
+_RC: Any = {"font.size": 7.5, "axes.labelsize": 7.5, "axes.titlesize": 8,
                        "legend.fontsize": 7, "xtick.labelsize": 7, "ytick.labelsize": 7}
 
 
@@ -151,5 +151,6 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
 def load_target(summaries: Sequence[dict[str, Any]]) -> float | None:
     """The attainment target of the capacity file the jobs' loads were resolved against
     (summary.json `load_target`), when they agree."""
-    targets = {s.get("load_target") for s in summaries if s.get("load_target") is not None}
-    return float(targets.pop()) if len(targets) == 1 else None
+    targets = {float(s["load_target"]) for s in summaries
+               if s.get("load_target") is not None}
+    return targets.pop() if len(targets) == 1 else None

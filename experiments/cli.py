@@ -1,5 +1,6 @@
-"""The command-line entry points: `python -m experiments.run|report|conformance` and the
-installed `schedbench-run`, `schedbench-report`, `schedbench-conformance`.
+"""The command-line entry points: `python -m experiments.run|report|conformance|capacity` and
+the installed `schedbench-run`, `schedbench-report`, `schedbench-conformance`,
+`schedbench-capacity`.
 
 Each first says, as one line, why a requested compiled core (`SCHEDBENCH_CORE`) cannot be
 used, and only then imports the command's module (which imports the core).
@@ -41,3 +42,11 @@ def conformance() -> None:
     from experiments.conformance.replay import main
 
     raise SystemExit(main())
+
+
+def capacity() -> None:
+    """`python -m experiments.capacity`: per scheduler, the highest rate meeting the SLO."""
+    _core_or_exit()
+    from experiments.capacity.main import main
+
+    main()

@@ -66,7 +66,8 @@ def test_the_scripts_are_pips_and_import_the_copy(installed: Installed, elsewher
                            check=True).stdout.split()
     assert Path(where[0]).resolve().is_relative_to(installed.checkout.resolve())
     assert set(console_scripts(installed.checkout)) == {
-        "schedbench-run", "schedbench-report", "schedbench-conformance"}
+        "schedbench-run", "schedbench-report", "schedbench-conformance",
+        "schedbench-capacity"}
 
 
 @pytest.mark.parametrize("place", PLACES)
@@ -74,10 +75,11 @@ def test_help(place: str, installed: Installed, elsewhere: Path) -> None:
     out = run_command(installed, cwd_for(place, installed, elsewhere), "schedbench-run",
                       "--help").stdout
     assert "== Configuration groups ==" in out
-    assert "experiment: preemption" in out
+    assert any(line.startswith("experiment: ") and "preemption" in line
+               for line in out.splitlines())
     assert "## `workload`" in out  # the config reference (docs/CONFIG.md) follows
     if place == "elsewhere":  # neither reads conf/
-        for other in ("schedbench-report", "schedbench-conformance"):
+        for other in ("schedbench-report", "schedbench-conformance", "schedbench-capacity"):
             assert "usage:" in run_command(installed, elsewhere, other, "--help").stdout
 
 

@@ -30,9 +30,11 @@ ALLOWED = {
     "experiments.run": {"experiments.paths", "experiments.user_error", "experiments.results",
                         "experiments.inputs",
                         "experiments.report", "schedulers", "engines", "kernels"},
+    "experiments.capacity": {"experiments.user_error", "experiments.results", "experiments.run",
+                             "experiments.report", "schedulers"},
     "experiments.cli": {"engines", "experiments.user_error", "experiments.run",
                         "experiments.report",
-                        "experiments.conformance"},
+                        "experiments.conformance", "experiments.capacity"},
     "experiments": {"engines"},  # experiments/__init__.py: the compiled core's activation
 }
 

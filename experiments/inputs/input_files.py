@@ -19,7 +19,8 @@ from experiments.results.job_folder import file_sha256
 
 def _input_paths(cfg: Mapping[str, Any]) -> dict[str, Path]:
     """The input files a config reads, by config key: the workload's trace / lengths file,
-    a length distribution's `path`, the sim executor's cost-model profile."""
+    a length distribution's `path`, the capacity file of `workload.load`, the sim
+    executor's cost-model profile."""
     from experiments.inputs.workloads.datasets_source import HUB_PREFIX
     from experiments.inputs.workloads.replay import trace_path
     from experiments.paths import project_path
@@ -33,6 +34,9 @@ def _input_paths(cfg: Mapping[str, Any]) -> dict[str, Path]:
     for key, value in workload.items():
         if isinstance(value, Mapping) and value.get("dist") == "file" and value.get("path"):
             out[f"workload.{key}.path"] = Path(str(value["path"]))
+    capacity = workload.get("capacity_file")
+    if isinstance(capacity, str) and capacity:
+        out["workload.capacity_file"] = Path(capacity).expanduser()
     profile = (cfg.get("executor") or {}).get("profile")
     if isinstance(profile, str) and profile:
         out["executor.profile"] = project_path(profile)

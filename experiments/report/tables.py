@@ -985,4 +985,10 @@ def _write_report_files(jobs: Sequence[Job], sweep_dir: str | Path, out: Path, f
         for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
             paths[f"{k}.png"] = p
             paths[f"{k}.pdf"] = p.with_suffix(".pdf")
+        from experiments.report.load_curves import LOAD, load_curves, load_target
+
+        if LOAD in params:  # workload.load: every realisation, bands across them
+            p = load_curves(frame, out / "load_curves.png",
+                            load_target([j.summary for j in jobs]), title)
+            paths["load_curves.png"], paths["load_curves.pdf"] = p, p.with_suffix(".pdf")
     return paths

@@ -266,6 +266,12 @@ SCHEDULER_SCHEMAS: dict[str, type] = {}
 for _entry in registry.entries():
     scheduler_schema(_entry)
 LengthDistSchema = mirror(LengthDist, "LengthDistSchema")
+# `load` and `capacity_file` in every workload (each has an arrival rate): the rate parameter
+# set to load x the scheduler's capacity in that file (experiments/run/load.py)
+_LOAD_FIELDS: list[tuple[str, Any, Any]] = [
+    ("load", float | None, ranged(None, low=0.0, low_open=True, high=1e6)),
+    ("capacity_file", str | None, None),
+]
 # `realization` in every workload (trace replays read it as a field of ReplayOptions; the
 # generators' realisations are seeds: experiments/inputs/workloads/realization.py)
 WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
@@ -273,7 +279,8 @@ WORKLOAD_SCHEMAS = {name: mirror(params, f"{params.__name__}Schema",
                                      [] if any(f.name == "realization"
                                                for f in dataclasses.fields(params))
                                      else [("realization", int, ranged(
-                                         0, low=0, high=MAX_REALIZATION))]),
+                                         0, low=0, high=MAX_REALIZATION))])
+                                 + _LOAD_FIELDS,
                                  optional=("seed",))
                     for name, params in WORKLOAD_PARAMS.items()}
 ModelSchema = mirror(ModelSpec, "ModelSchema")

@@ -93,6 +93,7 @@ from experiments.run.build import (
 from experiments.run.caveats import run_warnings
 from experiments.run.config import explain_override_error, register_configs, to_container
 from experiments.run.host_load import load_fields, overload_warning, sample_host_load
+from experiments.run.load import resolve_load
 from experiments.run.orphan_guard import exit_with_parent
 from experiments.run.preflight import (
     ConfigError,
@@ -279,7 +280,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         validate_run_config(cfg)
         digest = config_hash(cfg)  # the inputs as they are read now
         seed = int(cfg.seed)
-        workload_cfg = as_dict(cfg.workload)
+        # workload.load: the rate parameter set to load x the scheduler's capacity
+        workload_cfg, load = resolve_load(cfg)
         realization = check_realization(workload_cfg.get("realization", 0))
         real = str(cfg.executor.name) == "real"
         model = build_model(cfg.model)
@@ -354,6 +356,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
             **workload_summary(cfg, stream, workload),
             "seed": seed,
             "realization": realization,
+            **(load.summary() if load is not None else {}),
             "workload_seed": workload_seed(workload_cfg, seed),
             **_random_seed_summary(cfg.scheduler, policy_seed),
             "kv_capacity_tokens": kv_capacity,

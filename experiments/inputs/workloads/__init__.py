@@ -95,8 +95,15 @@ def workload_seed(cfg: Mapping[str, Any], seed: int | None = None) -> int:
 
 def realized(cfg: Mapping[str, Any], seed: int | None = None) -> dict[str, Any]:
     """`cfg` with the seed of its realisation; `realization` stays only where the workload
-    reads it (trace replays: their windows)."""
+    reads it (trace replays: their windows); the run's keys `load` and `capacity_file` (a
+    load left unresolved is an error) are dropped."""
     out = {str(k): v for k, v in cfg.items()}
+    if out.get("load") is not None:
+        raise ValueError(f"workload.load={out['load']!r}: a load is resolved against its "
+                         "capacity file before the workload is built "
+                         "(experiments.run.load.resolve_load)")
+    out.pop("load", None)
+    out.pop("capacity_file", None)
     out["seed"] = workload_seed(cfg, seed)
     if not issubclass(PARAMS[str(cfg["name"])], ReplayOptions):
         out.pop("realization", None)

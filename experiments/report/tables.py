@@ -783,7 +783,8 @@ def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]
 def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
             ) -> tuple[list[Any], str]:
     """Each job's plotted series: a panel per value of `panel_key`, a shade per value of
-    `x`; and the note that explains the shades."""
+    `x`; and the note that explains the shades. Jobs alike but for their realisation
+    become one series (`JobSeries.pooled`, realisations in order)."""
     from experiments.report.figures import (
         JobSeries,
         job_clock,
@@ -793,16 +794,22 @@ def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
     )
 
     tone = shades([j.overrides.get(x) for j in jobs]) if x else {}
-    out = []
+    configs: dict[tuple[str, str, str], list[tuple[float, Any]]] = {}
     for j in jobs:
         if j.summary.get("status") != "ok":  # only verified results have records
             continue
         panel = value_label(panel_key, j.overrides.get(panel_key, "-")) if panel_key else ""
         label = value_label(x, j.overrides.get(x, "-")) if x else ""
-        out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
-                                         int(j.summary.get("kv_capacity_tokens") or 1),
-                                         panel, tone.get(j.overrides.get(x or ""), 1.0),
-                                         clock=job_clock(j.summary)))
+        series = JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
+                                       int(j.summary.get("kv_capacity_tokens") or 1),
+                                       panel, tone.get(j.overrides.get(x or ""), 1.0),
+                                       clock=job_clock(j.summary))
+        realization = float(j.overrides.get(REALIZATION, 0) or 0)
+        configs.setdefault((j.scheduler, panel, label), []).append((realization, series))
+    out = []
+    for runs in configs.values():
+        ordered = [s for _, s in sorted(runs, key=lambda r: r[0])]
+        out.append(ordered[0] if len(ordered) == 1 else JobSeries.pooled(ordered))
     note = ""
     if x and len(tone) > 1:
         lo, hi = min(tone, key=tone.__getitem__), max(tone, key=tone.__getitem__)
@@ -817,6 +824,18 @@ EVICTION_METRICS = (
     ("prefix_recovery_on_resume", "prefix recovered on resume (%)", 100.0,
      "no evictions: nothing resumed"),
 )
+VICTIM_FIGURE_METRICS = ("median_e2el_victim_ms", "median_e2el_nonvictim_ms",
+                         "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms")
+
+
+def figure_frame(frame: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
+    """What the sweep figures draw: `frame` (a row per job) as it is; with realisations, one
+    row per config (`realizations.aggregate`: each metric's mean over the realisations, its
+    95 % CI and the victims it rests on)."""
+    if REALIZATION not in params:
+        return frame
+    metrics = [m for m, *_ in EVICTION_METRICS] + list(VICTIM_FIGURE_METRICS)
+    return aggregate(frame, params, metrics)
 
 
 def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
@@ -826,7 +845,10 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     against the load parameter (`evictions_vs_<x>`), victims' and others' E2E latency
     (`victim_e2el_vs_<x>`) and KV pool use over the jobs' time, simulated or measured by a
     real run (`kv_use_vs_time`: at the value of x where the sweep evicts most, one line per
-    job, so the band of maxima and the idle time stay readable); PNG and PDF each."""
+    job, so the band of maxima and the idle time stay readable); PNG and PDF each. With
+    realisations, every figure but KV use is drawn per config: means with 95 % CIs
+    (`figure_frame`) and mean CDFs with bands; KV use over time shows the first
+    realisation (their time axes differ), said in its title."""
     from experiments.report.figures import (
         Metric,
         clock_words,
@@ -840,17 +862,16 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     )
 
     done = frame[frame["status"] == "ok"]  # a failed job's missing numbers are no zeros
-    if REALIZATION in params and len(done):
-        # the figures draw one realisation (the first); the tables give every statistic
-        # across realisations with its CI
-        first = done[REALIZATION].min()
-        done = done[done[REALIZATION] == first]
-        params = [p for p in params if p != REALIZATION]
-        fixed_realization = f", realisation {first}"
-    else:
-        fixed_realization = ""
     jobs = [j for j, keep in zip(jobs, frame.index.isin(done.index), strict=True) if keep]
     frame = done.reset_index(drop=True)  # a row per job of `jobs`, in order
+    plotted = figure_frame(frame, params)
+    first_run = ""
+    kv_pick: list[Job] = list(jobs)
+    if REALIZATION in params and len(frame):
+        first = frame[REALIZATION].min()
+        kv_pick = [j for j, r in zip(jobs, frame[REALIZATION], strict=True) if r == first]
+        first_run = f", realisation {first}"
+    params = [p for p in params if p != REALIZATION]
     x = load_param or pick_load_param(params, frame)
     others = [p for p in params if p not in ("scheduler", x)]
     series = ["scheduler", *others]
@@ -862,27 +883,26 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     js, note = _series([jobs[i] for i in chosen], others[0] if others else None, x)
     busiest = _busiest(frame.iloc[chosen], x)
     at = value_label(x, busiest) if x and busiest is not None else ""
-    kv_jobs = [j for j in js if j.label == at] if at else js
+    kv_all, _ = _series([jobs[i] for i in chosen if jobs[i] in kv_pick],
+                        others[0] if others else None, x)
+    kv_jobs = [j for j in kv_all if j.label == at] if at else kv_all
     where = ", ".join([at] * bool(at) + [value_label(k, v) for k, v in fixed.items()])
-    kv_title = f"KV pool use over {clock_words([j.clock for j in kv_jobs or js])}" + (
-        f"\nat {where} (most evictions)" if where else "")
+    kv_title = f"KV pool use over {clock_words([j.clock for j in kv_jobs or kv_all])}" + (
+        f"\nat {where} (most evictions)" if where else "") + first_run
     cdf_title = "Latency per completed request (CDF)" + (
         "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
         + " (most evictions)" if fixed else "")
-    against = (f" vs {param_label(x)}" if x else "") + fixed_realization
-    kv_title += fixed_realization
-    cdf_title += fixed_realization
+    against = f" vs {param_label(x)}" if x else ""
     ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
     return {
         "latency_cdf_ttft_e2el": latency_cdfs(js, out / "latency_cdf_ttft_e2el.png",
                                               cdf_title, shade_note=note),
-        ev: metric_vs_load(frame, x, [Metric(*m) for m in EVICTION_METRICS], out / f"{ev}.png",
-                           series, title="Evictions (preempted or retracted) and recompute"
-                           + against),
-        vic: victims_vs_others(frame, x, out / f"{vic}.png", series,
-                               title="E2E latency: victims and other requests"
-                               + against),
-        "kv_use_vs_time": kv_use_over_time(kv_jobs or js, out / "kv_use_vs_time.png",
+        ev: metric_vs_load(plotted, x, [Metric(*m) for m in EVICTION_METRICS],
+                           out / f"{ev}.png", series,
+                           title="Evictions (preempted or retracted) and recompute" + against),
+        vic: victims_vs_others(plotted, x, out / f"{vic}.png", series,
+                               title="E2E latency: victims and other requests" + against),
+        "kv_use_vs_time": kv_use_over_time(kv_jobs or kv_all, out / "kv_use_vs_time.png",
                                            kv_title, shade_note=note),
     }
 

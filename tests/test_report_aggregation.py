@@ -107,7 +107,7 @@ def test_compare_realizations_by_hand() -> None:
             one["median_e2el_ms [A] ci_hi"]) == (2.0, 1.0, 3.0)
     assert one["median_e2el_ms [B]"] == 4.0
     assert one[e2el] == 2.0 and one[f"{e2el} ci_hi"] == 3.0
-    assert math.isclose(float(one[f"{e2el} ci_lo"]), 5 / 3, rel_tol=1e-12)
+    assert one[f"{e2el} ci_lo"] == pytest.approx(5 / 3, rel=1e-12)
     # rate 2: A 10, 10 and B 30, 10 resampled apart: means 10 and {10, 20, 30}
     assert two[e2el] == 2.0 and (two[f"{e2el} ci_lo"], two[f"{e2el} ci_hi"]) == (1.0, 3.0)
     # victims: summed over the realisations whose statistic exists

@@ -327,3 +327,48 @@ def test_cdf_panels_hold_at_most_four_curves_with_bands(drawn: list[Any]) -> Non
         assert len({ln.get_linestyle() for ln in curves}) == len(curves)  # apart in grey
         assert any(isinstance(c, PolyCollection) for c in ax.collections)  # the band
     assert len(fig.legends) == 1
+
+
+def test_by_scheduler_across_realizations_is_one_row_per_setting() -> None:
+    from experiments.report.realizations import aggregate
+    from experiments.report.tables import aggregated_pivot
+
+    frame = side({"median_e2el_victim_ms": [2.0, 4.0, 6.0, 8.0]}, [10, 12, 20, 40])
+    other = frame.assign(scheduler="sglang", median_e2el_victim_ms=[1.0, 1.0, 1.0, 1.0])
+    both = pd.concat([frame, other], ignore_index=True)
+    params = ["scheduler", "workload.request_rate", R]
+    pivots = aggregated_pivot(aggregate(both, params, ["median_e2el_victim_ms"]), params,
+                              ["median_e2el_victim_ms"])
+    assert pivots is not None
+    numbers, text = pivots
+    assert numbers["workload.request_rate"].tolist() == [1, 2]
+    assert numbers["median_e2el_victim_ms[vllm]"].tolist() == [3.0, 7.0]
+    assert numbers["median_e2el_victim_ms_n[vllm]"].tolist() == [22, 60]
+    assert text["median_e2el_victim_ms[vllm]"].tolist() == ["3.0 [2.0, 4.0] n=22*",
+                                                            "7.0 [6.0, 8.0] n=60"]
+
+
+def test_a_sweep_report_with_realizations_draws_configs(two_sweeps: tuple[Path, Path],
+                                                        tmp_path: Path,
+                                                        drawn: list[Any]) -> None:
+    from experiments.report.tables import (
+        comparison_frame,
+        load_sweep,
+        varied_params,
+        with_fair_columns,
+        write_figures,
+    )
+    from experiments.report.victims import fair_comparisons
+
+    jobs = load_sweep(two_sweeps[0])
+    params = varied_params(jobs)
+    frame = with_fair_columns(comparison_frame(jobs, params), fair_comparisons(jobs, params)[0])
+    paths = write_figures(jobs, frame, params, tmp_path)
+    assert set(paths) == {"latency_cdf_ttft_e2el", "evictions_by_scheduler",
+                          "victim_e2el_by_scheduler", "kv_use_vs_time"}
+    # evictions, victims, CDFs: drawn per config (error bars / bands); KV use: one realisation
+    cdfs, evictions, victims, kv = drawn
+    assert any(isinstance(c, LineCollection) for ax in evictions.axes for c in ax.collections)
+    assert any(isinstance(c, LineCollection) for ax in victims.axes for c in ax.collections)
+    assert any(isinstance(c, PolyCollection) for ax in cdfs.axes for c in ax.collections)
+    assert "realisation 0" in kv.get_suptitle()

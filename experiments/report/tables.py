@@ -690,6 +690,44 @@ def aggregated_table(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(data, index=[label for _, label in AGGREGATED], dtype=object)
 
 
+def aggregated_pivot(agg: pd.DataFrame, params: Sequence[str],
+                     metrics: Sequence[str] = PIVOT_METRICS
+                     ) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """`scheduler_pivot` across realisations: one row per setting of the other parameters
+    (the realisation not among them), each metric per scheduler; as numbers (`<m>[<s>]`,
+    `<m>_ci_lo[<s>]`, `<m>_ci_hi[<s>]`, `<m>_n[<s>]` victims) and as text (`<m>[<s>]`:
+    `mean [lo, hi] n=`, flagged under 30 victims). None unless the sweep varies the
+    scheduler and more."""
+    others = [p for p in params if p not in ("scheduler", REALIZATION)]
+    if "scheduler" not in params or not others or agg.empty:
+        return None
+    scheds = list(dict.fromkeys(agg["scheduler"]))
+    numbers: list[dict[str, Any]] = []
+    texts: list[dict[str, Any]] = []
+    for key, group in agg.groupby(others, sort=False, dropna=False):
+        setting = dict(zip(others, key if isinstance(key, tuple) else (key,), strict=True))
+        num, text = dict(setting), dict(setting)
+        for m in metrics:
+            for sched in scheds:
+                row = group[group["scheduler"] == sched]
+                if row.empty or m not in row:
+                    text[f"{m}[{sched}]"] = "n/a"
+                    continue
+                r = row.iloc[0]
+                n = r.get(f"{m}_n")
+                n = None if n is None or pd.isna(n) else int(n)
+                for part in ("", "_ci_lo", "_ci_hi"):
+                    num[f"{m}{part}[{sched}]"] = r.get(f"{m}{part}")
+                if n is not None:
+                    num[f"{m}_n[{sched}]"] = n
+                text[f"{m}[{sched}]"] = ci_cell(format_metric(m, r[m]),
+                                                format_metric(m, r.get(f"{m}_ci_lo")),
+                                                format_metric(m, r.get(f"{m}_ci_hi")), n)
+        numbers.append(num)
+        texts.append(text)
+    return pd.DataFrame(numbers), pd.DataFrame(texts, dtype=object)
+
+
 def _terminal_table(jobs: Sequence[Job], params: Sequence[str], metrics: Sequence[str],
                     width: int) -> str:
     if len(jobs) <= MAX_SIDE_BY_SIDE_COLUMNS:
@@ -988,11 +1026,21 @@ def _write_report_files(jobs: Sequence[Job], sweep_dir: str | Path, out: Path, f
     sbs.index.name = "metric"
     paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True) + "\n"
                                           + EVICTION_NOTE + ".\n", out / "side_by_side.md")
-    pivot = scheduler_pivot(frame, params)
-    if pivot is not None:
-        paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),
-                                               out / "by_scheduler.csv")
-        paths["by_scheduler.md"] = write_text(head + markdown(pivot), out / "by_scheduler.md")
+    if REALIZATION in params:
+        pivots = aggregated_pivot(aggregate(frame, params, PIVOT_METRICS), params)
+        if pivots is not None:
+            paths["by_scheduler.csv"] = write_text(pivots[0].to_csv(index=False),
+                                                   out / "by_scheduler.csv")
+            paths["by_scheduler.md"] = write_text(
+                head + markdown(pivots[1]) + "\n" + CI_NOTE + ". " + EVICTION_NOTE + ".\n",
+                out / "by_scheduler.md")
+    else:
+        pivot = scheduler_pivot(frame, params)
+        if pivot is not None:
+            paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),
+                                                   out / "by_scheduler.csv")
+            paths["by_scheduler.md"] = write_text(head + markdown(pivot),
+                                                  out / "by_scheduler.md")
     if columns:
         unknown = sorted(set(columns) - set(COMPARISON_METRICS))
         if unknown:

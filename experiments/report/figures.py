@@ -75,6 +75,7 @@ SCHEDULER_MARKERS = {e.name: SERIES_STYLES[i % len(SERIES_STYLES)][1]
 SCHEDULER_LINESTYLES = {e.name: SERIES_STYLES[i % len(SERIES_STYLES)][0]
                         for i, e in enumerate(registry.entries())}
 VICTIM_LS, OTHERS_LS = "-", "--"
+OTHERS_MARKER = "D"     # the other requests on a categorical axis (no lines to tell them)
 HOLLOW_FACE = "white"   # the marker face of a statistic from fewer than FEW_VICTIMS victims
 MAX_SERIES = 4          # curves per CDF panel
 FONT_FLOOR_PT = 7.0     # no text smaller, at the size the figure is made for
@@ -499,6 +500,11 @@ def _x_values(frame: pd.DataFrame, x: str | None) -> tuple[pd.Series, list[str] 
     return pd.Series([ticks.index(v) for v in labels], index=frame.index, dtype=float), ticks
 
 
+def _cat_key(frame: pd.DataFrame, x: str | None) -> str:
+    """The column a categorical x axis names (`_x_values`)."""
+    return x if x is not None and x in frame else "scheduler" if "scheduler" in frame else "job"
+
+
 def _x_axis(ax: Any, x: str | None, xs: Sequence[float], ticks: list[str] | None) -> None:
     ax.set_xlabel(param_label(x) if ticks is None else "")
     if ticks is not None:
@@ -693,6 +699,8 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
     df["_series"] = [enc.key(r) for _, r in df.iterrows()]
     scheds = list(dict.fromkeys(df["scheduler"]))
     groups = list(df.groupby(["scheduler", "_series"], sort=False))
+    # series side by side only where they share x values (not when x is the scheduler)
+    lanes = 1 if ticks is not None and _cat_key(df, x) == "scheduler" else len(groups)
     span = _span(xs, ticks)
     ncol = 1 if len(metrics) == 1 else 2
     nrow = -(-len(metrics) // ncol)
@@ -713,14 +721,14 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
                 continue
             absent = [SCHEDULER_NAMES.get(str(sc), str(sc)) for sc in scheds
                       if y_all[df["scheduler"] == sc].isna().all()]
-            if absent:
-                ax.text(0.02, 0.97, f"{', '.join(absent)}: {m.missing}", transform=ax.transAxes,
-                        ha="left", va="top", fontsize=SMALL_PT, color="0.35")
+            if absent:  # above the panel, where no point can sit
+                ax.set_title(wrapped(f"{', '.join(absent)}: {m.missing}", width / ncol),
+                             loc="left", fontsize=SMALL_PT, color="0.35")
             for k, ((sched, key), g) in enumerate(groups):
                 g = g.sort_values("_x")
                 draw = enc.draw(tuple(key), scheduler_color(str(sched)))  # type: ignore[arg-type]
                 draw["marker"] = scheduler_marker(str(sched))
-                at = _dodged(g["_x"].to_numpy(dtype=float), k, len(groups), span, log)
+                at = _dodged(g["_x"].to_numpy(dtype=float), k, lanes, span, log)
                 _points(ax, g, m.column, m.scale, at, draw, marks, line=ticks is None)
             ax.set_ylim(bottom=0)
         _fig_legend(fig, _scheduler_handles(scheds) + enc.handles() + marks.handles())
@@ -761,7 +769,8 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                 curves = [(sched, key, g) for sched in scheds
                           for key, g in part[part["scheduler"] == sched].groupby(
                               "_series", sort=False)]
-                n = 2 * len(curves)
+                n = 2 * (1 if ticks is not None and _cat_key(df, x) == "scheduler"
+                         else len(curves))
                 for i, (sched, key, g) in enumerate(curves):
                     g = g.sort_values("_x")
                     draw = {"color": enc.draw(key, scheduler_color(sched))["color"],
@@ -775,18 +784,21 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                         if column not in g or pd.to_numeric(
                                 g[column], errors="coerce").isna().all():
                             continue
-                        at = _dodged(g["_x"].to_numpy(dtype=float), 2 * i + w, n, span, log)
-                        _points(ax, g, column, 1e-3, at, {**draw, "ls": ls}, marks,
-                                line=ticks is None)
-                if no_victims:
-                    ax.text(0.02, 0.97, f"no victims: {', '.join(dict.fromkeys(no_victims))}",
-                            transform=ax.transAxes, ha="left", va="top", fontsize=SMALL_PT,
-                            color="0.35")
+                        lane = w if n == 2 else 2 * i + w
+                        at = _dodged(g["_x"].to_numpy(dtype=float), lane, n, span, log)
+                        shape = draw["marker"] if ticks is None or who == "victim" else \
+                            OTHERS_MARKER  # no lines: the others by their marker
+                        _points(ax, g, column, 1e-3, at, {**draw, "ls": ls, "marker": shape},
+                                marks, line=ticks is None)
+                head = [value_label(facet, level)] if facet and r == 0 else []
+                if no_victims:  # above the panel, where no point can sit
+                    head.append(f"no victims: {', '.join(dict.fromkeys(no_victims))}")
+                if head:
+                    ax.set_title(wrapped("\n".join(head), width / ncol),
+                                 fontsize=SMALL_PT if not (facet and r == 0) else None)
                 _x_axis(ax, x, xs, ticks)
                 if r == 0:
                     ax.set_xlabel("")
-                    if facet:
-                        ax.set_title(wrapped(value_label(facet, level), width / ncol))
                 if c == 0:
                     ax.set_ylabel(f"{stat} E2E latency (s)")
                 ax.set_ylim(bottom=0)
@@ -794,6 +806,9 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
         if ticks is None:
             handles += [Line2D([], [], color="0.3", ls=VICTIM_LS, label="victims"),
                         Line2D([], [], color="0.3", ls=OTHERS_LS, label="other requests")]
+        else:
+            handles += [Line2D([], [], color="0.3", ls="", marker=OTHERS_MARKER,
+                               label="other requests (victims: the scheduler's marker)")]
         _fig_legend(fig, handles + enc.handles() + marks.handles())
         _suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
         return _save(fig, path)

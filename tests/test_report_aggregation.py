@@ -372,3 +372,17 @@ def test_a_sweep_report_with_realizations_draws_configs(two_sweeps: tuple[Path, 
     assert any(isinstance(c, LineCollection) for ax in victims.axes for c in ax.collections)
     assert any(isinstance(c, PolyCollection) for ax in cdfs.axes for c in ax.collections)
     assert "realisation 0" in kv.get_suptitle()
+
+
+def test_analysis_aggregated_is_a_row_per_config(two_sweeps: tuple[Path, Path]) -> None:
+    from experiments.report.analysis import aggregated, load
+
+    agg = aggregated(two_sweeps[0])
+    jobs = load(two_sweeps[0], requests=False, steps=False).jobs
+    assert sorted(agg["scheduler"]) == ["sglang", "vllm"] and set(agg["n_realizations"]) == {2}
+    for sched, row in agg.set_index("scheduler").iterrows():
+        runs = jobs[jobs["scheduler"] == sched]["median_e2el_ms"].astype(float)
+        assert row["median_e2el_ms"] == pytest.approx(runs.mean(), rel=1e-12)
+        assert (row["median_e2el_ms_ci_lo"], row["median_e2el_ms_ci_hi"]) == \
+            (runs.min(), runs.max())  # two realisations: the interval spans them
+    assert "median_e2el_victim_ms_n" in agg

@@ -21,6 +21,11 @@ One visual language for every figure:
   several panels), no text under `FONT_FLOOR_PT` (7 pt) at that size, titles wrapped to the
   width, axes named in words with units (`param_label`), one legend per figure naming only
   what varies, missing data written on the panel.
+Shared by any figure module (import them from here): `style`, `scheduler_color`,
+`scheduler_marker`, `scheduler_linestyle`, `shade`, `param_label`, `value_label`, `wrapped`,
+`suptitle`, `fig_legend`, `ci_points` (a series with its CI error bars and hollow markers)
+with `LegendMarks` (the legend entries that explain them), the constants `FONT_FLOOR_PT`,
+`HOLLOW_FACE`, `MAX_SERIES`, `COLUMN_IN`, `PAGE_IN`, and `_save` (PNG and PDF).
 Figures:
 - `latency_cdfs`: TTFT and end-to-end latency CDFs, schedulers overlaid on one log-x axis;
 - `metric_vs_load`: sweep metrics (e.g. evictions per 1,000 requests) against a parameter;
@@ -198,7 +203,7 @@ def _save(fig: Any, path: str | Path, pdf: bool = True) -> Path:
     return p
 
 
-def _suptitle(fig: Any, text: str) -> None:
+def suptitle(fig: Any, text: str) -> None:
     """The figure's title, each line wrapped to the figure's width."""
     fig.suptitle(wrapped(text, fig.get_figwidth()))
 
@@ -326,7 +331,9 @@ def _panels(jobs: Sequence[JobSeries]) -> list[str]:
     return list(dict.fromkeys(j.panel for j in jobs)) or [""]
 
 
-def _fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
+def fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
+    """The figure's one legend, below the panels (`note` as its title), in columns that fit
+    the figure's width."""
     if handles:
         across = 4 if fig.get_figwidth() > COLUMN_IN + 0.5 else 2  # fits the figure's width
         fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), across),
@@ -470,8 +477,8 @@ def latency_cdfs(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
         if layout.dropped:
             note = "; ".join([note] * bool(note) + [
                 f"{MAX_SERIES} loads per scheduler shown, {layout.dropped} left out"])
-        _fig_legend(fig, layout.handles(shade_note), wrapped(note, PAGE_IN) if note else "")
-        _suptitle(fig, title or "Latency per completed request (CDF)")
+        fig_legend(fig, layout.handles(shade_note), wrapped(note, PAGE_IN) if note else "")
+        suptitle(fig, title or "Latency per completed request (CDF)")
         return _save(fig, path, pdf)
 
 
@@ -629,8 +636,9 @@ def _dodged(x: np.ndarray, k: int, n: int, span: float, log: bool) -> np.ndarray
 
 
 @dataclass
-class _Marks:
-    """What a figure drew that its legend must explain."""
+class LegendMarks:
+    """What a figure drew that its legend must explain (`ci_points` fills it in; its
+    `handles` go into the figure's one legend)."""
 
     intervals: set[int] = field(default_factory=set)   # realisations behind an error bar
     hollow: bool = False
@@ -647,8 +655,8 @@ class _Marks:
         return out
 
 
-def _points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarray,
-            draw: dict[str, Any], marks: _Marks, line: bool) -> None:
+def ci_points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarray,
+            draw: dict[str, Any], marks: LegendMarks, line: bool) -> None:
     """A series of `column` (times `scale`) at `x`: its line (unless categorical), its 95 %
     CI as error bars when the frame has `<column>_ci_lo` / `_ci_hi` (means over
     realisations), and its markers, hollow where the statistic rests on fewer than
@@ -705,7 +713,7 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
     ncol = 1 if len(metrics) == 1 else 2
     nrow = -(-len(metrics) // ncol)
     width = COLUMN_IN if ncol == 1 else PAGE_IN
-    marks = _Marks()
+    marks = LegendMarks()
     with style():
         fig, axes = plt.subplots(nrow, ncol, figsize=(width, 0.6 + 1.9 * nrow), squeeze=False,
                                  layout="constrained")
@@ -729,10 +737,10 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
                 draw = enc.draw(tuple(key), scheduler_color(str(sched)))  # type: ignore[arg-type]
                 draw["marker"] = scheduler_marker(str(sched))
                 at = _dodged(g["_x"].to_numpy(dtype=float), k, lanes, span, log)
-                _points(ax, g, m.column, m.scale, at, draw, marks, line=ticks is None)
+                ci_points(ax, g, m.column, m.scale, at, draw, marks, line=ticks is None)
             ax.set_ylim(bottom=0)
-        _fig_legend(fig, _scheduler_handles(scheds) + enc.handles() + marks.handles())
-        _suptitle(fig, title)
+        fig_legend(fig, _scheduler_handles(scheds) + enc.handles() + marks.handles())
+        suptitle(fig, title)
         return _save(fig, path)
 
 
@@ -757,7 +765,7 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
     scheds = list(dict.fromkeys(df["scheduler"]))
     ncol = len(columns)
     width = COLUMN_IN if ncol == 1 else PAGE_IN
-    marks = _Marks()
+    marks = LegendMarks()
     with style():
         fig, axes = plt.subplots(2, ncol, figsize=(width, 3.8), squeeze=False, sharex=True,
                                  layout="constrained")
@@ -788,7 +796,7 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                         at = _dodged(g["_x"].to_numpy(dtype=float), lane, n, span, log)
                         shape = draw["marker"] if ticks is None or who == "victim" else \
                             OTHERS_MARKER  # no lines: the others by their marker
-                        _points(ax, g, column, 1e-3, at, {**draw, "ls": ls, "marker": shape},
+                        ci_points(ax, g, column, 1e-3, at, {**draw, "ls": ls, "marker": shape},
                                 marks, line=ticks is None)
                 head = [value_label(facet, level)] if facet and r == 0 else []
                 if no_victims:  # above the panel, where no point can sit
@@ -809,8 +817,8 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
         else:
             handles += [Line2D([], [], color="0.3", ls="", marker=OTHERS_MARKER,
                                label="other requests (victims: the scheduler's marker)")]
-        _fig_legend(fig, handles + enc.handles() + marks.handles())
-        _suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
+        fig_legend(fig, handles + enc.handles() + marks.handles())
+        suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
         return _save(fig, path)
 
 
@@ -886,14 +894,14 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
             handles: list[Any] = [Line2D([], [], color=color, lw=0.9, label="mean per bin"),
                                   Patch(color=color, alpha=0.25, label="max per bin"),
                                   Patch(color="0.88", label="idle (no step)")]
-            _fig_legend(fig, handles)
+            fig_legend(fig, handles)
         else:
             labels = sorted(dict.fromkeys((j.shade, j.label) for j in jobs))
             heading = labels[0][1].rpartition(": ")[0] if labels else ""
             handles = [Line2D([], [], color=shade("#404040", t),
                               label=lab.rpartition(": ")[2] or "job") for t, lab in labels]
-            _fig_legend(fig, handles, heading or shade_note)
-        _suptitle(fig, title or f"KV pool use over {clock_words(clocks)}")
+            fig_legend(fig, handles, heading or shade_note)
+        suptitle(fig, title or f"KV pool use over {clock_words(clocks)}")
         return _save(fig, path, pdf)
 
 

@@ -14,13 +14,18 @@ Hydra rewrites when a job starts; a folder without a complete, consistent result
 - `side_by_side.md`: the metrics of `SIDE_BY_SIDE` as rows, one column per job (labelled by
   its varied parameters: per scheduler in the default sweep);
 - `by_scheduler.csv` / `.md` when the sweep varies the scheduler and something else: one row
-  per setting of the other parameters, each metric once per scheduler;
+  per setting of the other parameters, each metric once per scheduler (with realisations:
+  the realisation is not a setting; each metric's mean with its CI and victims,
+  `aggregated_pivot`);
+- `aggregated.csv` / `.md` when the sweep varies `workload.realization`: a column per
+  config, each statistic's mean over the realisations with its 95 % bootstrap CI and the
+  victims it rests on (`experiments.report.realizations`);
 - `headline.csv` / `.md` with `--columns`: just those metrics, per scheduler or per job;
 - figures (PNG and PDF, `experiments.report.figures`) of the completed jobs (none when no job
   completed), named after what they plot against what:
   `latency_cdf_ttft_e2el`, `evictions_vs_<x>` and `victim_e2el_vs_<x>` (x: the load
   parameter, e.g. `evictions_vs_load`; `_by_scheduler` when nothing but the scheduler
-  varies), `kv_use_vs_time`;
+  varies), `kv_use_vs_time`; with realisations drawn per config (`write_figures`);
 - `report.json` last: the marker of the set (`experiments.report.report_set`): the job
   results it was made from, by hash, and the hash of each file. The old set is withdrawn
   before a new one is written; `python -m experiments.report SWEEP --check` says whether the

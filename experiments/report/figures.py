@@ -618,10 +618,11 @@ def _log_x(xs: Sequence[float], ticks: list[str] | None) -> bool:
 
 
 def _span(xs: Sequence[float], ticks: list[str] | None) -> float:
-    """The room one x value has: a category, else the smallest gap between values."""
+    """The room the series at one x value may spread over: most of a category, else a
+    share of the smallest gap between values."""
     if ticks is not None:
-        return 1.0
-    return min((b - a for a, b in itertools.pairwise(xs)), default=1.0)
+        return 0.35
+    return 0.15 * min((b - a for a, b in itertools.pairwise(xs)), default=1.0)
 
 
 def _dodged(x: np.ndarray, k: int, n: int, span: float, log: bool) -> np.ndarray:
@@ -632,7 +633,7 @@ def _dodged(x: np.ndarray, k: int, n: int, span: float, log: bool) -> np.ndarray
     step = (k - (n - 1) / 2) / n
     if log:
         return x * 2.0 ** (0.12 * step)
-    return x + 0.35 * span * step
+    return x + span * step
 
 
 @dataclass
@@ -736,7 +737,9 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
                 g = g.sort_values("_x")
                 draw = enc.draw(tuple(key), scheduler_color(str(sched)))  # type: ignore[arg-type]
                 draw["marker"] = scheduler_marker(str(sched))
-                at = _dodged(g["_x"].to_numpy(dtype=float), k, lanes, span, log)
+                # side by side only where error bars or categories would overlap
+                apart = lanes if ticks is not None or f"{m.column}_ci_lo" in df else 1
+                at = _dodged(g["_x"].to_numpy(dtype=float), k, apart, span, log)
                 ci_points(ax, g, m.column, m.scale, at, draw, marks, line=ticks is None)
             ax.set_ylim(bottom=0)
         fig_legend(fig, _scheduler_handles(scheds) + enc.handles() + marks.handles())
@@ -779,6 +782,8 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                               "_series", sort=False)]
                 n = 2 * (1 if ticks is not None and _cat_key(df, x) == "scheduler"
                          else len(curves))
+                if ticks is None and f"{stat}_e2el_victim_ms_ci_lo" not in df:
+                    n = 0  # no error bars to keep apart: every point at its own x
                 for i, (sched, key, g) in enumerate(curves):
                     g = g.sort_values("_x")
                     draw = {"color": enc.draw(key, scheduler_color(sched))["color"],
@@ -792,7 +797,7 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                         if column not in g or pd.to_numeric(
                                 g[column], errors="coerce").isna().all():
                             continue
-                        lane = w if n == 2 else 2 * i + w
+                        lane = w if n <= 2 else 2 * i + w
                         at = _dodged(g["_x"].to_numpy(dtype=float), lane, n, span, log)
                         shape = draw["marker"] if ticks is None or who == "victim" else \
                             OTHERS_MARKER  # no lines: the others by their marker

@@ -386,3 +386,16 @@ def test_analysis_aggregated_is_a_row_per_config(two_sweeps: tuple[Path, Path]) 
         assert (row["median_e2el_ms_ci_lo"], row["median_e2el_ms_ci_hi"]) == \
             (runs.min(), runs.max())  # two realisations: the interval spans them
     assert "median_e2el_victim_ms_n" in agg
+
+
+def test_headline_across_realizations_is_per_config(two_sweeps: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    from experiments.report.tables import write_report
+
+    paths = write_report(two_sweeps[0], tmp_path, figures=False,
+                         columns=["median_e2el_victim_ms", "p99_ttft_ms"])
+    md = paths["headline.md"].read_text()
+    assert "| vllm (x2) | sglang (x2) |" in md and " n=" in md
+    assert "percentile bootstrap over realisations" in md
+    csv = pd.read_csv(paths["headline.csv"])
+    assert len(csv) == 2 and "p99_ttft_ms_ci_lo" in csv

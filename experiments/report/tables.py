@@ -674,15 +674,17 @@ def aggregated_frame(jobs: Sequence[Job], params: Sequence[str],
     return aggregate(frame, params, [m for m, _ in AGGREGATED])
 
 
-def aggregated_table(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
-    """`AGGREGATED` as rows, one column per config: `mean [lo, hi]` (and `n=` victims)."""
+def aggregated_table(agg: pd.DataFrame, params: Sequence[str],
+                     rows: Sequence[tuple[str, str]] = AGGREGATED) -> pd.DataFrame:
+    """`rows` (metric, label; default `AGGREGATED`) as rows, one column per config:
+    `mean [lo, hi]` (and `n=` victims)."""
     keys = [p for p in params if p not in (REALIZATION, "scheduler")]
     data: dict[str, list[str]] = {}
     for _, row in agg.iterrows():
         label = " ".join([str(row["scheduler"])] + [
             f"{k.split('.')[-1]}={row[k]}" for k in keys]) + f" (x{row['n_realizations']})"
         cells = []
-        for m, _ in AGGREGATED:
+        for m, _ in rows:
             if m not in row:
                 cells.append("n/a")
                 continue
@@ -692,7 +694,7 @@ def aggregated_table(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
                                  format_metric(m, row.get(f"{m}_ci_hi")),
                                  None if n is None or pd.isna(n) else int(n)))
         data[label] = cells
-    return pd.DataFrame(data, index=[label for _, label in AGGREGATED], dtype=object)
+    return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
 
 
 def aggregated_pivot(agg: pd.DataFrame, params: Sequence[str],
@@ -1051,9 +1053,25 @@ def _write_report_files(jobs: Sequence[Job], sweep_dir: str | Path, out: Path, f
         if unknown:
             raise ValueError(f"report: unknown column(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(COMPARISON_METRICS)}")
-        top = headline(frame, params, columns)
-        paths["headline.csv"] = write_text(top.to_csv(index=False), out / "headline.csv")
-        paths["headline.md"] = write_text(head + markdown(top), out / "headline.md")
+        if REALIZATION in params:  # per config across realisations, with CIs and victims
+            agg = aggregate(frame, params, columns)
+            pivots = aggregated_pivot(agg, params, columns)
+            if pivots is not None:
+                numbers, text = pivots[0], markdown(pivots[1])
+            else:
+                rows = [(c, METRIC_LABELS.get(c, dict(SIDE_BY_SIDE).get(c, c)))
+                        for c in columns]
+                table = aggregated_table(agg, params, rows)
+                table.index.name = "metric"
+                numbers, text = agg, markdown(table, index=True)
+            paths["headline.csv"] = write_text(numbers.to_csv(index=False),
+                                               out / "headline.csv")
+            paths["headline.md"] = write_text(
+                head + text + "\n" + CI_NOTE + ".\n", out / "headline.md")
+        else:
+            top = headline(frame, params, columns)
+            paths["headline.csv"] = write_text(top.to_csv(index=False), out / "headline.csv")
+            paths["headline.md"] = write_text(head + markdown(top), out / "headline.md")
     if figures and any(j.summary.get("status") == "ok" for j in jobs):
         for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
             paths[f"{k}.png"] = p

@@ -1031,7 +1031,9 @@ def _write_report_files(jobs: Sequence[Job], sweep_dir: str | Path, out: Path, f
     paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")
     sbs = side_by_side(jobs, params)
     sbs.index.name = "metric"
-    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True) + "\n"
+    per_config = ("One column per job (realisation); per config across realisations, with "
+                  "95 % CIs and victims: aggregated.md.\n\n" if REALIZATION in params else "")
+    paths["side_by_side.md"] = write_text(head + per_config + markdown(sbs, index=True) + "\n"
                                           + EVICTION_NOTE + ".\n", out / "side_by_side.md")
     if REALIZATION in params:
         pivots = aggregated_pivot(aggregate(frame, params, PIVOT_METRICS), params)

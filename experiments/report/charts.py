@@ -10,6 +10,13 @@ resume, SLO attainment, goodput), and, when the sweep compares schedulers, the c
 most). Only jobs with status `ok` are drawn; a value a job could not measure (no victims, no
 SLO) is left out rather than drawn as zero, and a chart with no value at all is not made.
 Without a load parameter (only the scheduler varies) each chart is one bar per job.
+
+With realisations (the sweep varies `workload.realization`), a chart's rows are configs, not
+jobs (`realizations.aggregate`): y is the mean over the config's realisations, beside it
+`<y> CI low` / `<y> CI high` (the 95 % percentile-bootstrap interval over realisations) and
+`realisations`; a victim statistic carries `n victims` (over all realisations) and
+`few victims` (fewer than 30: the statistic is flagged). A per-job chart of a victim
+statistic carries `n victims` and `few victims` too.
 """
 
 from __future__ import annotations
@@ -20,6 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+
+from experiments.report.realizations import (
+    FEW_VICTIMS,
+    REALIZATION,
+    VICTIM_COUNTS,
+    aggregate,
+)
 
 SERIES = "series"
 CHART_PREFIX = "charts/"
@@ -110,7 +124,17 @@ def _metric_rows(ok: pd.DataFrame, spec: ChartSpec, x: str | None,
             if math.isnan(y):
                 continue  # not measured (no victims, no SLO): no point, never a zero
             row: dict[str, Any] = {SERIES: _series_label(job, others, suffix), spec.y: y,
-                                   "scheduler": job["scheduler"], "job": int(job["job"])}
+                                   "scheduler": job["scheduler"]}
+            if "job" in job:
+                row["job"] = int(job["job"])
+            if f"{metric}_ci_lo" in job:  # a config across realisations
+                row[f"{spec.y} CI low"] = _number(job[f"{metric}_ci_lo"]) * spec.scale
+                row[f"{spec.y} CI high"] = _number(job[f"{metric}_ci_hi"]) * spec.scale
+                row["realisations"] = int(job["n_realizations"])
+            n = _number(job.get(f"{metric}_n", job.get(VICTIM_COUNTS.get(metric, ""))))
+            if metric in VICTIM_COUNTS and not math.isnan(n):
+                row["n victims"] = int(n)
+                row["few victims"] = n < FEW_VICTIMS
             if x is not None:
                 row[short_name(x)] = job[x]
             row.update({short_name(p): job[p] for p in others})
@@ -145,16 +169,29 @@ def _chart(spec: ChartSpec, rows: list[dict[str, Any]], x: str | None) -> ChartD
     table = pd.DataFrame(rows)
     name = short_name(x) if x else None
     table = table.sort_values([SERIES, name] if name else [SERIES], kind="stable")
+    lead = [c for c in (SERIES, name, spec.y) if c is not None]
+    table = table[lead + [c for c in table.columns if c not in lead]]
     key = f"{CHART_PREFIX}{spec.stem}_" + (f"vs_{name}" if name else "by_job")
     title = spec.title + (f" vs {name}" if name else "")
     return ChartData(key, title, table.reset_index(drop=True), name, spec.y)
 
 
+def chart_metrics() -> list[str]:
+    """Every summary metric a chart draws."""
+    return list(dict.fromkeys(m for spec in (*SWEEP_CHARTS, *GAP_CHARTS)
+                              for m, _ in spec.metrics))
+
+
 def sweep_charts(frame: pd.DataFrame, params: Sequence[str], x: str | None
                  ) -> list[ChartData]:
     """The charts of a sweep's comparison table `frame` (see the module docstring); `params`
-    are the varied parameters, `x` the load parameter (None or not varied: bars per job)."""
+    are the varied parameters, `x` the load parameter (None or not varied: bars per job).
+    With `workload.realization` among `params`, the charts draw configs across
+    realisations (means, CI columns, victims)."""
     ok = frame[frame["status"] == "ok"] if "status" in frame else frame
+    if REALIZATION in params:
+        ok = aggregate(ok, params, chart_metrics())
+        params = [p for p in params if p != REALIZATION]
     if x is not None and (x not in ok or x not in params):
         x = None
     others = [p for p in params if p not in ("scheduler", x)]

@@ -4,12 +4,28 @@ One visual language for every figure:
 - a fixed colour per scheduler (`SCHEDULER_COLORS`, from each registry entry: vLLM blue,
   SGLang orange), the same in every figure, file and W&B run; jobs of one scheduler at
   several loads are shades of it (light: low load, dark: high load);
-- a line style and marker per series kind: victims solid with filled circles, the other
-  requests dashed with open squares; further series (e.g. a second workload, recompute vs
-  swap) by line style and marker (`SERIES_STYLES`);
+  each scheduler also has its own marker (`scheduler_marker`) and, on CDFs, line style
+  (`scheduler_linestyle`), so a figure reads in greyscale;
+- victims solid, the other requests dashed; further series (e.g. a second workload,
+  recompute vs swap) by line style, then shade (`SERIES_STYLES`); at most `MAX_SERIES`
+  curves per CDF panel (more: a row of panels per scheduler, at most four loads of it);
+- across realisations (a sweep with `workload.realization`): each point is the mean over
+  the realisations with its 95 % CI (percentile bootstrap over realisations,
+  `experiments.report.realizations`) as an error bar, each CDF the mean of the
+  realisations' CDFs with a pointwise 95 % band; the legend says so;
+- a victim statistic from fewer than 30 victims (`realizations.FEW_VICTIMS`) is drawn with
+  a hollow marker (white face), said in the legend;
+- categorical x axes (schedulers, policies) get points and error bars, never connecting
+  lines, side by side within a category;
 - sized for one column of a two-column paper (`COLUMN_IN` wide; `PAGE_IN` for figures with
-  several panels), fonts 6.5-8 pt, axes named in words with units (`param_label`), legends
-  that name only what varies, missing data written on the panel.
+  several panels), no text under `FONT_FLOOR_PT` (7 pt) at that size, titles wrapped to the
+  width, axes named in words with units (`param_label`), one legend per figure naming only
+  what varies, missing data written on the panel.
+Shared by any figure module (import them from here): `style`, `scheduler_color`,
+`scheduler_marker`, `scheduler_linestyle`, `shade`, `param_label`, `value_label`, `wrapped`,
+`suptitle`, `fig_legend`, `ci_points` (a series with its CI error bars and hollow markers)
+with `LegendMarks` (the legend entries that explain them), the constants `FONT_FLOOR_PT`,
+`HOLLOW_FACE`, `MAX_SERIES`, `COLUMN_IN`, `PAGE_IN`, and `_save` (PNG and PDF).
 Figures:
 - `latency_cdfs`: TTFT and end-to-end latency CDFs, schedulers overlaid on one log-x axis;
 - `metric_vs_load`: sweep metrics (e.g. evictions per 1,000 requests) against a parameter;
@@ -22,11 +38,12 @@ Figures:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +58,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from experiments.report.realizations import CI_LEVEL, FEW_VICTIMS, curve_band, victim_counts
 from experiments.results.sinks import atomic_path
 from experiments.results.timeseries import Binned, bin_steps
 from schedulers import registry
@@ -55,8 +73,18 @@ _OTHER_COLORS = ("#2b9348", "#8e44ad", "#7f5539", "#c9184a", "#555555")
 SCHEDULER_NAMES = {e.name: e.display_name for e in registry.entries()}
 # (line style, marker) per series of a further varied parameter, in order of appearance
 SERIES_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1, 1, 1)), "v"))
-VICTIM_STYLE = {"ls": "-", "marker": "o", "mfc": None}        # filled with the line colour
-OTHERS_STYLE = {"ls": "--", "marker": "s", "mfc": "white"}    # open
+# Each scheduler's marker and CDF line style, in registry order (vLLM circles and solid,
+# SGLang squares and dashed): the scheduler reads without its colour.
+SCHEDULER_MARKERS = {e.name: SERIES_STYLES[i % len(SERIES_STYLES)][1]
+                     for i, e in enumerate(registry.entries())}
+SCHEDULER_LINESTYLES = {e.name: SERIES_STYLES[i % len(SERIES_STYLES)][0]
+                        for i, e in enumerate(registry.entries())}
+VICTIM_LS, OTHERS_LS = "-", "--"
+OTHERS_MARKER = "D"     # the other requests on a categorical axis (no lines to tell them)
+HOLLOW_FACE = "white"   # the marker face of a statistic from fewer than FEW_VICTIMS victims
+MAX_SERIES = 4          # curves per CDF panel
+FONT_FLOOR_PT = 7.0     # no text smaller, at the size the figure is made for
+SMALL_PT = 7.0          # notes on panels, legend titles
 
 # Axis labels of config keys (words with units); others: the last key part in words.
 PARAM_LABELS = {
@@ -91,8 +119,9 @@ VALUE_LABELS = {
 logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 _RC: Any = {
-    "font.size": 7.5, "axes.labelsize": 7.5, "axes.titlesize": 8, "legend.fontsize": 6.5,
-    "xtick.labelsize": 6.5, "ytick.labelsize": 6.5, "lines.linewidth": 1.2,
+    "font.size": 8, "axes.labelsize": 8, "axes.titlesize": 8, "figure.titlesize": 8.5,
+    "legend.fontsize": 7, "legend.title_fontsize": 7, "xtick.labelsize": 7,
+    "ytick.labelsize": 7, "lines.linewidth": 1.2,
     "lines.markersize": 3.5, "axes.spines.top": False, "axes.spines.right": False,
     "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5, "axes.linewidth": 0.6,
     "legend.frameon": False, "pdf.fonttype": 42, "ps.fonttype": 42, "figure.dpi": 100,
@@ -111,6 +140,16 @@ def scheduler_color(name: str) -> str:
     if name in SCHEDULER_COLORS:
         return SCHEDULER_COLORS[name]
     return _OTHER_COLORS[sum(name.encode()) % len(_OTHER_COLORS)]
+
+
+def scheduler_marker(name: str) -> str:
+    """The fixed marker of a scheduler (an unknown one: a triangle)."""
+    return SCHEDULER_MARKERS.get(name, "^")
+
+
+def scheduler_linestyle(name: str) -> Any:
+    """The fixed CDF line style of a scheduler (an unknown one: dotted)."""
+    return SCHEDULER_LINESTYLES.get(name, ":")
 
 
 def shade(color: str, t: float) -> tuple[float, float, float]:
@@ -164,18 +203,23 @@ def _save(fig: Any, path: str | Path, pdf: bool = True) -> Path:
     return p
 
 
-def _suptitle(fig: Any, text: str) -> None:
+def suptitle(fig: Any, text: str) -> None:
     """The figure's title, each line wrapped to the figure's width."""
+    fig.suptitle(wrapped(text, fig.get_figwidth()))
+
+
+def wrapped(text: str, inches: float) -> str:
+    """`text` with each line wrapped to `inches` (about 13 characters per inch at 8.5 pt,
+    so a title never runs past the figure's edge)."""
     import textwrap
 
-    chars = int(fig.get_figwidth() * 15)  # about 15 characters per inch at 8 pt
-    lines = [w for line in text.split("\n") for w in textwrap.wrap(line, chars) or [""]]
-    fig.suptitle("\n".join(lines))
+    chars = max(12, int(inches * 13))
+    return "\n".join(w for line in text.split("\n") for w in textwrap.wrap(line, chars) or [""])
 
 
 def _note(ax: Any, text: str, y: float = 0.5) -> None:
     """Write why a panel (or part of it) has no data, on the panel."""
-    ax.text(0.5, y, text, transform=ax.transAxes, ha="center", va="center", fontsize=6.5,
+    ax.text(0.5, y, text, transform=ax.transAxes, ha="center", va="center", fontsize=SMALL_PT,
             color="0.35", wrap=True)
 
 
@@ -208,6 +252,21 @@ class JobSeries:
     panel: str = ""
     shade: float = 1.0
     clock: str = "simulated"
+    # one array per realisation when this series pools a config's realisations (`pooled`)
+    ttft_parts: tuple[np.ndarray, ...] = ()
+    e2el_parts: tuple[np.ndarray, ...] = ()
+
+    @classmethod
+    def pooled(cls, series: Sequence[JobSeries]) -> JobSeries:
+        """One config's realisations (jobs alike but for the realisation) as one series:
+        every request of them, each realisation's latencies kept apart (the CDF figure
+        draws their mean CDF with a band); KV use and clock of the first."""
+        first = series[0]
+        return cls(first.scheduler, first.label,
+                   np.concatenate([s.ttft_s for s in series]),
+                   np.concatenate([s.e2el_s for s in series]), first.kv,
+                   first.kv_capacity_tokens, first.panel, first.shade, first.clock,
+                   tuple(s.ttft_s for s in series), tuple(s.e2el_s for s in series))
 
     @classmethod
     def from_tables(cls, requests: Any, steps: Any, scheduler: str, label: str,
@@ -272,52 +331,131 @@ def _panels(jobs: Sequence[JobSeries]) -> list[str]:
     return list(dict.fromkeys(j.panel for j in jobs)) or [""]
 
 
-def _fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
+def fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
+    """The figure's one legend, below the panels (`note` as its title), in columns that fit
+    the figure's width."""
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4),
-                   title=note or None, title_fontsize=6.5)
+        across = 4 if fig.get_figwidth() > COLUMN_IN + 0.5 else 2  # fits the figure's width
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), across),
+                   title=note or None, title_fontsize=SMALL_PT)
     elif note:
-        fig.text(0.5, 0.0, note, ha="center", va="top", fontsize=6.5)
+        fig.text(0.5, 0.0, note, ha="center", va="top", fontsize=SMALL_PT)
 
 
-def _job_handles(jobs: Sequence[JobSeries], shade_note: str) -> list[Any]:
-    """One legend entry per job when few; one per scheduler (shades explained) when many."""
-    many = len(jobs) > 4 and bool(shade_note)
-    handles: list[Any] = []
-    seen: set[str] = set()
-    for j in jobs:
-        key = j.scheduler if many else j.name
-        if key in seen:
-            continue
-        seen.add(key)
-        color = scheduler_color(j.scheduler) if many else j.color
-        name = SCHEDULER_NAMES.get(j.scheduler, j.scheduler) if many else j.name
-        handles.append(Line2D([], [], color=color, label=name))
-    return handles
+def _spread(items: Sequence[Any], k: int) -> list[Any]:
+    """At most `k` of `items`, evenly spread, the first and the last kept."""
+    if len(items) <= k:
+        return list(items)
+    picks = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
+    return [items[i] for i in picks]
+
+
+@dataclass(frozen=True)
+class _CdfLayout:
+    """Which jobs a CDF figure draws, in which row, and how each curve is told apart: rows
+    are the jobs' panels, split per scheduler when a panel would hold more than
+    `MAX_SERIES` curves (then at most `MAX_SERIES` loads a scheduler, evenly spread); a
+    curve's line style is its scheduler's when each scheduler has one curve in its row,
+    else its load's rank."""
+
+    rows: list[tuple[str, str | None, list[JobSeries]]]  # panel, scheduler or None, jobs
+    split: bool
+    dropped: int
+
+    @classmethod
+    def of(cls, jobs: Sequence[JobSeries]) -> _CdfLayout:
+        panels = _panels(jobs)
+        split = any(sum(1 for j in jobs if j.panel == p) > MAX_SERIES for p in panels)
+        rows: list[tuple[str, str | None, list[JobSeries]]] = []
+        dropped = 0
+        for p in panels:
+            mine = [j for j in jobs if j.panel == p]
+            if not split:
+                rows.append((p, None, mine))
+                continue
+            for sched in dict.fromkeys(j.scheduler for j in mine):
+                theirs = sorted((j for j in mine if j.scheduler == sched), key=lambda j: j.shade)
+                kept = _spread(theirs, MAX_SERIES)
+                dropped = max(dropped, len(theirs) - len(kept))
+                rows.append((p, sched, kept))
+        return cls(rows, split, dropped)
+
+    def linestyle(self, job: JobSeries, row: list[JobSeries]) -> Any:
+        if len({j.scheduler for j in row}) == len(row):
+            return scheduler_linestyle(job.scheduler)
+        ranks = sorted(dict.fromkeys(j.shade for j in row))
+        return SERIES_STYLES[ranks.index(job.shade) % len(SERIES_STYLES)][0]
+
+    def handles(self, shade_note: str) -> list[Any]:
+        """One entry per curve when the curves are few and alike across rows; else the
+        schedulers by colour and the loads by line style and shade, in grey."""
+        drawn = [(j, self.linestyle(j, row)) for _, _, row in self.rows for j in row]
+        entries = list(dict.fromkeys((j.name, j.color, ls) for j, ls in drawn))
+        names = {name for name, _, _ in entries}
+        if len(entries) <= MAX_SERIES and len(names) == len(entries):
+            return [Line2D([], [], color=c, ls=ls, label=name) for name, c, ls in entries]
+        scheds = list(dict.fromkeys(j.scheduler for j, _ in drawn))
+        out: list[Any] = [Line2D([], [], color=scheduler_color(s),
+                                 ls=scheduler_linestyle(s) if not self.split else "-",
+                                 label=SCHEDULER_NAMES.get(s, s)) for s in scheds]
+        loads = list(dict.fromkeys((j.shade, j.label, ls) for j, ls in drawn
+                                   if not (ls == scheduler_linestyle(j.scheduler)
+                                           and not self.split)))
+        out += [Line2D([], [], color=shade("#404040", t), ls=ls,
+                       label=lab or shade_note or "job")
+                for t, lab, ls in sorted(loads, key=lambda e: e[0])]
+        return out
+
+
+def _ecdf_on(grid: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The share of `values` at or below each grid point."""
+    v = np.sort(values[np.isfinite(values)])
+    return np.searchsorted(v, grid, side="right") / max(v.size, 1)
+
+
+def _draw_cdf(ax: Any, values: np.ndarray, parts: tuple[np.ndarray, ...], color: Any,
+              ls: Any) -> bool:
+    """One curve: the CDF of `values`; with realisations (`parts`), the mean of their CDFs
+    and its pointwise 95 % band. False when there is nothing to draw."""
+    x = np.sort(np.asarray(values)[np.isfinite(values)])
+    if x.size == 0:
+        return False
+    x = np.maximum(x, 1e-4)  # log axis: a zero latency sits at 0.1 ms
+    usable = [np.maximum(p[np.isfinite(p)], 1e-4) for p in parts if np.isfinite(p).any()]
+    if len(usable) < 2:
+        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, ls=ls)
+        return True
+    grid = np.unique(np.quantile(x, np.linspace(0.0, 1.0, 400)))
+    mean, lo, hi = curve_band(np.stack([_ecdf_on(grid, p) for p in usable]))
+    ax.fill_between(grid, lo, hi, step="post", color=color, alpha=0.2, lw=0)
+    ax.step(grid, mean, where="post", color=color, ls=ls)
+    return True
 
 
 def latency_cdfs(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
                  shade_note: str = "", pdf: bool = True) -> Path:
     """TTFT (left) and E2E latency (right) CDFs in seconds on log-x axes, every scheduler on
-    the same axes (its colour; shades for its jobs at several loads, explained by
-    `shade_note`), a row of panels per `panel`."""
-    panels = _panels(jobs)
+    the same axes (its colour and line style; shades for its jobs at several loads,
+    explained by `shade_note`), a row of panels per `panel`, split per scheduler when a
+    panel would hold more than `MAX_SERIES` curves (`_CdfLayout`). A series pooling
+    realisations (`JobSeries.pooled`) is drawn as the mean of their CDFs with a pointwise
+    95 % bootstrap band over realisations."""
+    layout = _CdfLayout.of(jobs)
+    nrow = len(layout.rows)
+    banded = any(len(j.ttft_parts) > 1 for j in jobs)
     with style():
-        fig, axes = plt.subplots(len(panels), 2, figsize=(PAGE_IN, 0.4 + 2.0 * len(panels)),
+        fig, axes = plt.subplots(nrow, 2, figsize=(PAGE_IN, 0.6 + 1.9 * nrow),
                                  squeeze=False, sharey=True, layout="constrained")
-        for r, panel in enumerate(panels):
-            js = [j for j in jobs if j.panel == panel]
+        for r, (panel, sched, js) in enumerate(layout.rows):
             for c, (what, attr) in enumerate((("time to first token (s)", "ttft_s"),
                                               ("end-to-end latency (s)", "e2el_s"))):
                 ax = axes[r][c]
                 missing = []
                 for j in js:
-                    x = np.sort(np.asarray(getattr(j, attr))[np.isfinite(getattr(j, attr))])
-                    if x.size == 0:
+                    parts = j.ttft_parts if attr == "ttft_s" else j.e2el_parts
+                    if not _draw_cdf(ax, getattr(j, attr), parts, j.color,
+                                     layout.linestyle(j, js)):
                         missing.append(j.name)
-                        continue
-                    x = np.maximum(x, 1e-4)  # log axis: a zero latency sits at 0.1 ms
-                    ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=j.color)
                 if len(missing) == len(js):
                     _note(ax, "no completed requests")
                     continue
@@ -326,10 +464,21 @@ def latency_cdfs(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
                 _seconds_axis(ax)
                 ax.set_xlabel(what)
                 ax.set_ylim(0, 1.02)
-            axes[r][0].set_ylabel(f"{panel}\nshare of requests" if panel else
+            head = ", ".join(([SCHEDULER_NAMES.get(sched, sched)] if sched else [])
+                             + [panel] * bool(panel))
+            axes[r][0].set_ylabel(f"{wrapped(head, 1.6)}\nshare of requests" if head else
                                   "share of requests")
-        _fig_legend(fig, _job_handles(jobs, shade_note), shade_note if len(jobs) > 4 else "")
-        _suptitle(fig, title or "Latency per completed request (CDF)")
+        note = shade_note if len(jobs) > MAX_SERIES else ""
+        if banded:
+            runs = max(len(j.ttft_parts) for j in jobs)
+            note = "; ".join([note] * bool(note) + [
+                f"mean CDF of {runs} realisations, band: pointwise {CI_LEVEL:.0%} CI "
+                "(bootstrap over realisations)"])
+        if layout.dropped:
+            note = "; ".join([note] * bool(note) + [
+                f"{MAX_SERIES} loads per scheduler shown, {layout.dropped} left out"])
+        fig_legend(fig, layout.handles(shade_note), wrapped(note, PAGE_IN) if note else "")
+        suptitle(fig, title or "Latency per completed request (CDF)")
         return _save(fig, path, pdf)
 
 
@@ -356,6 +505,11 @@ def _x_values(frame: pd.DataFrame, x: str | None) -> tuple[pd.Series, list[str] 
     labels = [value_label(cat, v) for v in frame[cat]]
     ticks = list(dict.fromkeys(labels))
     return pd.Series([ticks.index(v) for v in labels], index=frame.index, dtype=float), ticks
+
+
+def _cat_key(frame: pd.DataFrame, x: str | None) -> str:
+    """The column a categorical x axis names (`_x_values`)."""
+    return x if x is not None and x in frame else "scheduler" if "scheduler" in frame else "job"
 
 
 def _x_axis(ax: Any, x: str | None, xs: Sequence[float], ticks: list[str] | None) -> None:
@@ -454,29 +608,115 @@ class _Encoding:
 
 
 def _scheduler_handles(scheds: Sequence[str]) -> list[Any]:
-    return [Line2D([], [], color=scheduler_color(s), lw=2.5, label=SCHEDULER_NAMES.get(s, s))
-            for s in scheds]
+    return [Line2D([], [], color=scheduler_color(s), lw=1.6, marker=scheduler_marker(s),
+                   label=SCHEDULER_NAMES.get(s, s)) for s in scheds]
+
+
+def _log_x(xs: Sequence[float], ticks: list[str] | None) -> bool:
+    """Whether `_x_axis` draws x on a log scale."""
+    return ticks is None and bool(xs) and min(xs) > 0 and max(xs) / min(xs) >= 8
+
+
+def _span(xs: Sequence[float], ticks: list[str] | None) -> float:
+    """The room the series at one x value may spread over: most of a category, else a
+    share of the smallest gap between values."""
+    if ticks is not None:
+        return 0.35
+    return 0.15 * min((b - a for a, b in itertools.pairwise(xs)), default=1.0)
+
+
+def _dodged(x: np.ndarray, k: int, n: int, span: float, log: bool) -> np.ndarray:
+    """x moved sideways for the k-th of n series, so their error bars stand apart: by a
+    share of a category (categorical), of the axis' range or, on a log axis, a factor."""
+    if n <= 1:
+        return x
+    step = (k - (n - 1) / 2) / n
+    if log:
+        return x * 2.0 ** (0.12 * step)
+    return x + span * step
+
+
+@dataclass
+class LegendMarks:
+    """What a figure drew that its legend must explain (`ci_points` fills it in; its
+    `handles` go into the figure's one legend)."""
+
+    intervals: set[int] = field(default_factory=set)   # realisations behind an error bar
+    hollow: bool = False
+
+    def handles(self) -> list[Any]:
+        out: list[Any] = []
+        if self.intervals:
+            runs = "/".join(str(n) for n in sorted(self.intervals))
+            out.append(Line2D([], [], color="0.3", ls="", marker="|", markersize=8,
+                              label=f"mean of {runs} realisations, bar: {CI_LEVEL:.0%} CI"))
+        if self.hollow:
+            out.append(Line2D([], [], color="0.3", ls="", marker="o", mfc=HOLLOW_FACE,
+                              label=f"hollow: < {FEW_VICTIMS} victims"))
+        return out
+
+
+def ci_points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarray,
+            draw: dict[str, Any], marks: LegendMarks, line: bool) -> None:
+    """A series of `column` (times `scale`) at `x`: its line (unless categorical), its 95 %
+    CI as error bars when the frame has `<column>_ci_lo` / `_ci_hi` (means over
+    realisations), and its markers, hollow where the statistic rests on fewer than
+    `FEW_VICTIMS` victims (`realizations.victim_counts`)."""
+    y = pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float) * scale
+    color, marker = draw["color"], draw["marker"]
+    if line:
+        ax.plot(x, y, ls=draw["ls"], color=color, marker="")
+    lo_col, hi_col = f"{column}_ci_lo", f"{column}_ci_hi"
+    if lo_col in df and hi_col in df:
+        lo = pd.to_numeric(df[lo_col], errors="coerce").to_numpy(dtype=float) * scale
+        hi = pd.to_numeric(df[hi_col], errors="coerce").to_numpy(dtype=float) * scale
+        has = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(y)
+        if has.any():
+            err = np.vstack([np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)])[:, has]
+            ax.errorbar(x[has], y[has], yerr=err, fmt="none", ecolor=color, elinewidth=0.8,
+                        capsize=2.0, capthick=0.8)
+            if "n_realizations" in df:
+                marks.intervals.update(int(n) for n in df["n_realizations"][has])
+    counts = victim_counts(df, column)
+    few = (np.zeros(len(df), dtype=bool) if counts is None
+           else (counts.fillna(0) < FEW_VICTIMS).to_numpy())
+    for hollow in (False, True):
+        pick = (few == hollow) & np.isfinite(y)
+        if pick.any():
+            ax.plot(x[pick], y[pick], ls="", marker=marker, color=color, mec=color,
+                    mfc=HOLLOW_FACE if hollow else color)
+            marks.hollow |= hollow
 
 
 def metric_vs_load(frame: pd.DataFrame, x: str | None,
                    metrics: Sequence[Metric | tuple[Any, ...]],
                    path: str | Path, series: Sequence[str] = ("scheduler",),
                    title: str = "") -> Path:
-    """A panel per metric (a `Metric`, or its fields as a tuple) against `x`: colour per
-    scheduler; the other `series` columns by line style, marker and shade (`_Encoding`). A
-    metric without data is said so on its panel, nothing is drawn at 0."""
+    """A panel per metric (a `Metric`, or its fields as a tuple) against `x`: colour and
+    marker per scheduler; the other `series` columns by line style, then shade
+    (`_Encoding`). `frame` is one row per job, or one per config across realisations
+    (`realizations.aggregate`: then each point is the mean with its 95 % CI as an error
+    bar). A victim statistic from fewer than `FEW_VICTIMS` victims gets a hollow marker; a
+    categorical x gets no connecting lines, the series side by side. A metric without data
+    is said so on its panel, nothing is drawn at 0."""
     specs = [m if isinstance(m, Metric) else Metric(*m) for m in metrics]
     df = frame.copy()
     df["_x"], ticks = _x_values(df, x)
     xs = sorted(set(df["_x"].tolist()))
-    enc = _Encoding.of(df, _series_keys(df, series))
+    log = _log_x(xs, ticks)
+    enc = _Encoding.of(df, _series_keys(df, series), use_marker=False)
     df["_series"] = [enc.key(r) for _, r in df.iterrows()]
     scheds = list(dict.fromkeys(df["scheduler"]))
+    groups = list(df.groupby(["scheduler", "_series"], sort=False))
+    # series side by side only where they share x values (not when x is the scheduler)
+    lanes = 1 if ticks is not None and _cat_key(df, x) == "scheduler" else len(groups)
+    span = _span(xs, ticks)
     ncol = 1 if len(metrics) == 1 else 2
     nrow = -(-len(metrics) // ncol)
     width = COLUMN_IN if ncol == 1 else PAGE_IN
+    marks = LegendMarks()
     with style():
-        fig, axes = plt.subplots(nrow, ncol, figsize=(width, 0.5 + 1.9 * nrow), squeeze=False,
+        fig, axes = plt.subplots(nrow, ncol, figsize=(width, 0.6 + 1.9 * nrow), squeeze=False,
                                  layout="constrained")
         flat = [ax for row in axes for ax in row]
         for ax in flat[len(metrics):]:
@@ -490,28 +730,36 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
                 continue
             absent = [SCHEDULER_NAMES.get(str(sc), str(sc)) for sc in scheds
                       if y_all[df["scheduler"] == sc].isna().all()]
-            if absent:
-                ax.text(0.02, 0.97, f"{', '.join(absent)}: {m.missing}", transform=ax.transAxes,
-                        ha="left", va="top", fontsize=6.5, color="0.35")
-            for (sched, key), g in df.groupby(["scheduler", "_series"], sort=False):
+            if absent:  # above the panel, where no point can sit
+                ax.set_title(wrapped(f"{', '.join(absent)}: {m.missing}", width / ncol),
+                             loc="left", fontsize=SMALL_PT, color="0.35")
+            for k, ((sched, key), g) in enumerate(groups):
                 g = g.sort_values("_x")
-                ax.plot(g["_x"], pd.to_numeric(g[m.column], errors="coerce") * m.scale,
-                        **enc.draw(tuple(key), scheduler_color(str(sched))))  # type: ignore[arg-type]
+                draw = enc.draw(tuple(key), scheduler_color(str(sched)))  # type: ignore[arg-type]
+                draw["marker"] = scheduler_marker(str(sched))
+                # side by side only where error bars or categories would overlap
+                apart = lanes if ticks is not None or f"{m.column}_ci_lo" in df else 1
+                at = _dodged(g["_x"].to_numpy(dtype=float), k, apart, span, log)
+                ci_points(ax, g, m.column, m.scale, at, draw, marks, line=ticks is None)
             ax.set_ylim(bottom=0)
-        _fig_legend(fig, _scheduler_handles(scheds) + enc.handles())
-        _suptitle(fig, title)
+        fig_legend(fig, _scheduler_handles(scheds) + enc.handles() + marks.handles())
+        suptitle(fig, title)
         return _save(fig, path)
 
 
 def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                       series: Sequence[str] = ("scheduler",), title: str = "") -> Path:
-    """Median (top) and p99 (bottom) E2E latency of victims (solid, filled circles) and of
-    the other requests (dashed, open squares), colour per scheduler; a column of panels per
-    value of the first other `series` column, the rest by shade. A scheduler without victims
-    is said so."""
+    """Median (top) and p99 (bottom) E2E latency of victims (solid) and of the other
+    requests (dashed), colour and marker per scheduler; a column of panels per value of the
+    first other `series` column, the rest by shade. With realisations (`frame` aggregated,
+    `realizations.aggregate`) each point is the mean with its 95 % CI as an error bar; a
+    victims' point from fewer than `FEW_VICTIMS` victims is hollow. A scheduler without
+    victims is said so."""
     df = frame.copy()
     df["_x"], ticks = _x_values(df, x)
     xs = sorted(set(df["_x"].tolist()))
+    log = _log_x(xs, ticks)
+    span = _span(xs, ticks)
     keys = _series_keys(df, series)
     facet = keys[0] if keys else None
     columns = _levels(df, facet) if facet else [""]
@@ -520,47 +768,62 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
     scheds = list(dict.fromkeys(df["scheduler"]))
     ncol = len(columns)
     width = COLUMN_IN if ncol == 1 else PAGE_IN
+    marks = LegendMarks()
     with style():
-        fig, axes = plt.subplots(2, ncol, figsize=(width, 3.6), squeeze=False, sharex=True,
+        fig, axes = plt.subplots(2, ncol, figsize=(width, 3.8), squeeze=False, sharex=True,
                                  layout="constrained")
         for c, level in enumerate(columns):
             part = df[df[facet].astype(str) == level] if facet else df
             for r, stat in enumerate(("median", "p99")):
                 ax = axes[r][c]
                 no_victims = []
-                for sched in scheds:
-                    mine = part[part["scheduler"] == sched]
-                    color = scheduler_color(sched)
-                    if not mine.empty and pd.to_numeric(
-                            mine.get(f"{stat}_e2el_victim_ms"), errors="coerce").isna().all():
+                curves = [(sched, key, g) for sched in scheds
+                          for key, g in part[part["scheduler"] == sched].groupby(
+                              "_series", sort=False)]
+                n = 2 * (1 if ticks is not None and _cat_key(df, x) == "scheduler"
+                         else len(curves))
+                if ticks is None and f"{stat}_e2el_victim_ms_ci_lo" not in df:
+                    n = 0  # no error bars to keep apart: every point at its own x
+                for i, (sched, key, g) in enumerate(curves):
+                    g = g.sort_values("_x")
+                    draw = {"color": enc.draw(key, scheduler_color(sched))["color"],
+                            "marker": scheduler_marker(sched)}
+                    victims = f"{stat}_e2el_victim_ms"
+                    if pd.to_numeric(g.get(victims), errors="coerce").isna().all():
                         no_victims.append(SCHEDULER_NAMES.get(sched, sched))
-                    for key, g in mine.groupby("_series", sort=False):
-                        g = g.sort_values("_x")
-                        tone = enc.draw(key, color)["color"]
-                        for who, st in (("victim", VICTIM_STYLE), ("nonvictim", OTHERS_STYLE)):
-                            y = pd.to_numeric(g.get(f"{stat}_e2el_{who}_ms"), errors="coerce")
-                            if y is None or y.isna().all():
-                                continue
-                            ax.plot(g["_x"], y / 1000.0, ls=st["ls"], marker=st["marker"],
-                                    color=tone, mfc=st["mfc"] or tone, mec=tone)
-                if no_victims:
-                    ax.text(0.02, 0.97, f"no victims: {', '.join(no_victims)}",
-                            transform=ax.transAxes, ha="left", va="top", fontsize=6.5,
-                            color="0.35")
+                    for w, (who, ls) in enumerate((("victim", VICTIM_LS),
+                                                   ("nonvictim", OTHERS_LS))):
+                        column = f"{stat}_e2el_{who}_ms"
+                        if column not in g or pd.to_numeric(
+                                g[column], errors="coerce").isna().all():
+                            continue
+                        lane = w if n <= 2 else 2 * i + w
+                        at = _dodged(g["_x"].to_numpy(dtype=float), lane, n, span, log)
+                        shape = draw["marker"] if ticks is None or who == "victim" else \
+                            OTHERS_MARKER  # no lines: the others by their marker
+                        ci_points(ax, g, column, 1e-3, at, {**draw, "ls": ls, "marker": shape},
+                                marks, line=ticks is None)
+                head = [value_label(facet, level)] if facet and r == 0 else []
+                if no_victims:  # above the panel, where no point can sit
+                    head.append(f"no victims: {', '.join(dict.fromkeys(no_victims))}")
+                if head:
+                    ax.set_title(wrapped("\n".join(head), width / ncol),
+                                 fontsize=SMALL_PT if not (facet and r == 0) else None)
                 _x_axis(ax, x, xs, ticks)
                 if r == 0:
                     ax.set_xlabel("")
-                    if facet:
-                        ax.set_title(value_label(facet, level))
                 if c == 0:
                     ax.set_ylabel(f"{stat} E2E latency (s)")
                 ax.set_ylim(bottom=0)
         handles: list[Any] = _scheduler_handles(scheds)
-        handles += [Line2D([], [], color="0.3", ls="-", marker="o", label="victims"),
-                    Line2D([], [], color="0.3", ls="--", marker="s", mfc="white",
-                           label="other requests")]
-        _fig_legend(fig, handles + enc.handles())
-        _suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
+        if ticks is None:
+            handles += [Line2D([], [], color="0.3", ls=VICTIM_LS, label="victims"),
+                        Line2D([], [], color="0.3", ls=OTHERS_LS, label="other requests")]
+        else:
+            handles += [Line2D([], [], color="0.3", ls="", marker=OTHERS_MARKER,
+                               label="other requests (victims: the scheduler's marker)")]
+        fig_legend(fig, handles + enc.handles() + marks.handles())
+        suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
         return _save(fig, path)
 
 
@@ -636,14 +899,14 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
             handles: list[Any] = [Line2D([], [], color=color, lw=0.9, label="mean per bin"),
                                   Patch(color=color, alpha=0.25, label="max per bin"),
                                   Patch(color="0.88", label="idle (no step)")]
-            _fig_legend(fig, handles)
+            fig_legend(fig, handles)
         else:
             labels = sorted(dict.fromkeys((j.shade, j.label) for j in jobs))
             heading = labels[0][1].rpartition(": ")[0] if labels else ""
             handles = [Line2D([], [], color=shade("#404040", t),
                               label=lab.rpartition(": ")[2] or "job") for t, lab in labels]
-            _fig_legend(fig, handles, heading or shade_note)
-        _suptitle(fig, title or f"KV pool use over {clock_words(clocks)}")
+            fig_legend(fig, handles, heading or shade_note)
+        suptitle(fig, title or f"KV pool use over {clock_words(clocks)}")
         return _save(fig, path, pdf)
 
 

@@ -14,13 +14,18 @@ Hydra rewrites when a job starts; a folder without a complete, consistent result
 - `side_by_side.md`: the metrics of `SIDE_BY_SIDE` as rows, one column per job (labelled by
   its varied parameters: per scheduler in the default sweep);
 - `by_scheduler.csv` / `.md` when the sweep varies the scheduler and something else: one row
-  per setting of the other parameters, each metric once per scheduler;
+  per setting of the other parameters, each metric once per scheduler (with realisations:
+  the realisation is not a setting; each metric's mean with its CI and victims,
+  `aggregated_pivot`);
+- `aggregated.csv` / `.md` when the sweep varies `workload.realization`: a column per
+  config, each statistic's mean over the realisations with its 95 % bootstrap CI and the
+  victims it rests on (`experiments.report.realizations`);
 - `headline.csv` / `.md` with `--columns`: just those metrics, per scheduler or per job;
 - figures (PNG and PDF, `experiments.report.figures`) of the completed jobs (none when no job
   completed), named after what they plot against what:
   `latency_cdf_ttft_e2el`, `evictions_vs_<x>` and `victim_e2el_vs_<x>` (x: the load
   parameter, e.g. `evictions_vs_load`; `_by_scheduler` when nothing but the scheduler
-  varies), `kv_use_vs_time`;
+  varies), `kv_use_vs_time`; with realisations drawn per config (`write_figures`);
 - `report.json` last: the marker of the set (`experiments.report.report_set`): the job
   results it was made from, by hash, and the hash of each file. The old set is withdrawn
   before a new one is written; `python -m experiments.report SWEEP --check` says whether the
@@ -669,15 +674,17 @@ def aggregated_frame(jobs: Sequence[Job], params: Sequence[str],
     return aggregate(frame, params, [m for m, _ in AGGREGATED])
 
 
-def aggregated_table(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
-    """`AGGREGATED` as rows, one column per config: `mean [lo, hi]` (and `n=` victims)."""
+def aggregated_table(agg: pd.DataFrame, params: Sequence[str],
+                     rows: Sequence[tuple[str, str]] = AGGREGATED) -> pd.DataFrame:
+    """`rows` (metric, label; default `AGGREGATED`) as rows, one column per config:
+    `mean [lo, hi]` (and `n=` victims)."""
     keys = [p for p in params if p not in (REALIZATION, "scheduler")]
     data: dict[str, list[str]] = {}
     for _, row in agg.iterrows():
         label = " ".join([str(row["scheduler"])] + [
             f"{k.split('.')[-1]}={row[k]}" for k in keys]) + f" (x{row['n_realizations']})"
         cells = []
-        for m, _ in AGGREGATED:
+        for m, _ in rows:
             if m not in row:
                 cells.append("n/a")
                 continue
@@ -687,7 +694,45 @@ def aggregated_table(agg: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
                                  format_metric(m, row.get(f"{m}_ci_hi")),
                                  None if n is None or pd.isna(n) else int(n)))
         data[label] = cells
-    return pd.DataFrame(data, index=[label for _, label in AGGREGATED], dtype=object)
+    return pd.DataFrame(data, index=[label for _, label in rows], dtype=object)
+
+
+def aggregated_pivot(agg: pd.DataFrame, params: Sequence[str],
+                     metrics: Sequence[str] = PIVOT_METRICS
+                     ) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """`scheduler_pivot` across realisations: one row per setting of the other parameters
+    (the realisation not among them), each metric per scheduler; as numbers (`<m>[<s>]`,
+    `<m>_ci_lo[<s>]`, `<m>_ci_hi[<s>]`, `<m>_n[<s>]` victims) and as text (`<m>[<s>]`:
+    `mean [lo, hi] n=`, flagged under 30 victims). None unless the sweep varies the
+    scheduler and more."""
+    others = [p for p in params if p not in ("scheduler", REALIZATION)]
+    if "scheduler" not in params or not others or agg.empty:
+        return None
+    scheds = list(dict.fromkeys(agg["scheduler"]))
+    numbers: list[dict[str, Any]] = []
+    texts: list[dict[str, Any]] = []
+    for key, group in agg.groupby(others, sort=False, dropna=False):
+        setting = dict(zip(others, key if isinstance(key, tuple) else (key,), strict=True))
+        num, text = dict(setting), dict(setting)
+        for m in metrics:
+            for sched in scheds:
+                row = group[group["scheduler"] == sched]
+                if row.empty or m not in row:
+                    text[f"{m}[{sched}]"] = "n/a"
+                    continue
+                r = row.iloc[0]
+                n = r.get(f"{m}_n")
+                n = None if n is None or pd.isna(n) else int(n)
+                for part in ("", "_ci_lo", "_ci_hi"):
+                    num[f"{m}{part}[{sched}]"] = r.get(f"{m}{part}")
+                if n is not None:
+                    num[f"{m}_n[{sched}]"] = n
+                text[f"{m}[{sched}]"] = ci_cell(format_metric(m, r[m]),
+                                                format_metric(m, r.get(f"{m}_ci_lo")),
+                                                format_metric(m, r.get(f"{m}_ci_hi")), n)
+        numbers.append(num)
+        texts.append(text)
+    return pd.DataFrame(numbers), pd.DataFrame(texts, dtype=object)
 
 
 def _terminal_table(jobs: Sequence[Job], params: Sequence[str], metrics: Sequence[str],
@@ -783,7 +828,8 @@ def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]
 def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
             ) -> tuple[list[Any], str]:
     """Each job's plotted series: a panel per value of `panel_key`, a shade per value of
-    `x`; and the note that explains the shades."""
+    `x`; and the note that explains the shades. Jobs alike but for their realisation
+    become one series (`JobSeries.pooled`, realisations in order)."""
     from experiments.report.figures import (
         JobSeries,
         job_clock,
@@ -793,16 +839,22 @@ def _series(jobs: Sequence[Job], panel_key: str | None, x: str | None
     )
 
     tone = shades([j.overrides.get(x) for j in jobs]) if x else {}
-    out = []
+    configs: dict[tuple[str, str, str], list[tuple[float, Any]]] = {}
     for j in jobs:
         if j.summary.get("status") != "ok":  # only verified results have records
             continue
         panel = value_label(panel_key, j.overrides.get(panel_key, "-")) if panel_key else ""
         label = value_label(x, j.overrides.get(x, "-")) if x else ""
-        out.append(JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
-                                         int(j.summary.get("kv_capacity_tokens") or 1),
-                                         panel, tone.get(j.overrides.get(x or ""), 1.0),
-                                         clock=job_clock(j.summary)))
+        series = JobSeries.from_tables(j.requests(), j.steps(), j.scheduler, label,
+                                       int(j.summary.get("kv_capacity_tokens") or 1),
+                                       panel, tone.get(j.overrides.get(x or ""), 1.0),
+                                       clock=job_clock(j.summary))
+        realization = float(j.overrides.get(REALIZATION, 0) or 0)
+        configs.setdefault((j.scheduler, panel, label), []).append((realization, series))
+    out = []
+    for runs in configs.values():
+        ordered = [s for _, s in sorted(runs, key=lambda r: r[0])]
+        out.append(ordered[0] if len(ordered) == 1 else JobSeries.pooled(ordered))
     note = ""
     if x and len(tone) > 1:
         lo, hi = min(tone, key=tone.__getitem__), max(tone, key=tone.__getitem__)
@@ -817,6 +869,18 @@ EVICTION_METRICS = (
     ("prefix_recovery_on_resume", "prefix recovered on resume (%)", 100.0,
      "no evictions: nothing resumed"),
 )
+VICTIM_FIGURE_METRICS = ("median_e2el_victim_ms", "median_e2el_nonvictim_ms",
+                         "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms")
+
+
+def figure_frame(frame: pd.DataFrame, params: Sequence[str]) -> pd.DataFrame:
+    """What the sweep figures draw: `frame` (a row per job) as it is; with realisations, one
+    row per config (`realizations.aggregate`: each metric's mean over the realisations, its
+    95 % CI and the victims it rests on)."""
+    if REALIZATION not in params:
+        return frame
+    metrics = [m for m, *_ in EVICTION_METRICS] + list(VICTIM_FIGURE_METRICS)
+    return aggregate(frame, params, metrics)
 
 
 def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str],
@@ -826,7 +890,10 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     against the load parameter (`evictions_vs_<x>`), victims' and others' E2E latency
     (`victim_e2el_vs_<x>`) and KV pool use over the jobs' time, simulated or measured by a
     real run (`kv_use_vs_time`: at the value of x where the sweep evicts most, one line per
-    job, so the band of maxima and the idle time stay readable); PNG and PDF each."""
+    job, so the band of maxima and the idle time stay readable); PNG and PDF each. With
+    realisations, every figure but KV use is drawn per config: means with 95 % CIs
+    (`figure_frame`) and mean CDFs with bands; KV use over time shows the first
+    realisation (their time axes differ), said in its title."""
     from experiments.report.figures import (
         Metric,
         clock_words,
@@ -840,17 +907,16 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     )
 
     done = frame[frame["status"] == "ok"]  # a failed job's missing numbers are no zeros
-    if REALIZATION in params and len(done):
-        # the figures draw one realisation (the first); the tables give every statistic
-        # across realisations with its CI
-        first = done[REALIZATION].min()
-        done = done[done[REALIZATION] == first]
-        params = [p for p in params if p != REALIZATION]
-        fixed_realization = f", realisation {first}"
-    else:
-        fixed_realization = ""
     jobs = [j for j, keep in zip(jobs, frame.index.isin(done.index), strict=True) if keep]
     frame = done.reset_index(drop=True)  # a row per job of `jobs`, in order
+    plotted = figure_frame(frame, params)
+    first_run = ""
+    kv_pick: list[Job] = list(jobs)
+    if REALIZATION in params and len(frame):
+        first = frame[REALIZATION].min()
+        kv_pick = [j for j, r in zip(jobs, frame[REALIZATION], strict=True) if r == first]
+        first_run = f", realisation {first}"
+    params = [p for p in params if p != REALIZATION]
     x = load_param or pick_load_param(params, frame)
     others = [p for p in params if p not in ("scheduler", x)]
     series = ["scheduler", *others]
@@ -862,27 +928,26 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     js, note = _series([jobs[i] for i in chosen], others[0] if others else None, x)
     busiest = _busiest(frame.iloc[chosen], x)
     at = value_label(x, busiest) if x and busiest is not None else ""
-    kv_jobs = [j for j in js if j.label == at] if at else js
+    kv_all, _ = _series([jobs[i] for i in chosen if jobs[i] in kv_pick],
+                        others[0] if others else None, x)
+    kv_jobs = [j for j in kv_all if j.label == at] if at else kv_all
     where = ", ".join([at] * bool(at) + [value_label(k, v) for k, v in fixed.items()])
-    kv_title = f"KV pool use over {clock_words([j.clock for j in kv_jobs or js])}" + (
-        f"\nat {where} (most evictions)" if where else "")
+    kv_title = f"KV pool use over {clock_words([j.clock for j in kv_jobs or kv_all])}" + (
+        f"\nat {where} (most evictions)" if where else "") + first_run
     cdf_title = "Latency per completed request (CDF)" + (
         "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
         + " (most evictions)" if fixed else "")
-    against = (f" vs {param_label(x)}" if x else "") + fixed_realization
-    kv_title += fixed_realization
-    cdf_title += fixed_realization
+    against = f" vs {param_label(x)}" if x else ""
     ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
     return {
         "latency_cdf_ttft_e2el": latency_cdfs(js, out / "latency_cdf_ttft_e2el.png",
                                               cdf_title, shade_note=note),
-        ev: metric_vs_load(frame, x, [Metric(*m) for m in EVICTION_METRICS], out / f"{ev}.png",
-                           series, title="Evictions (preempted or retracted) and recompute"
-                           + against),
-        vic: victims_vs_others(frame, x, out / f"{vic}.png", series,
-                               title="E2E latency: victims and other requests"
-                               + against),
-        "kv_use_vs_time": kv_use_over_time(kv_jobs or js, out / "kv_use_vs_time.png",
+        ev: metric_vs_load(plotted, x, [Metric(*m) for m in EVICTION_METRICS],
+                           out / f"{ev}.png", series,
+                           title="Evictions (preempted or retracted) and recompute" + against),
+        vic: victims_vs_others(plotted, x, out / f"{vic}.png", series,
+                               title="E2E latency: victims and other requests" + against),
+        "kv_use_vs_time": kv_use_over_time(kv_jobs or kv_all, out / "kv_use_vs_time.png",
                                            kv_title, shade_note=note),
     }
 
@@ -966,21 +1031,49 @@ def _write_report_files(jobs: Sequence[Job], sweep_dir: str | Path, out: Path, f
     paths["comparison.md"] = write_text(head + markdown(frame), out / "comparison.md")
     sbs = side_by_side(jobs, params)
     sbs.index.name = "metric"
-    paths["side_by_side.md"] = write_text(head + markdown(sbs, index=True) + "\n"
+    per_config = ("One column per job (realisation); per config across realisations, with "
+                  "95 % CIs and victims: aggregated.md.\n\n" if REALIZATION in params else "")
+    paths["side_by_side.md"] = write_text(head + per_config + markdown(sbs, index=True) + "\n"
                                           + EVICTION_NOTE + ".\n", out / "side_by_side.md")
-    pivot = scheduler_pivot(frame, params)
-    if pivot is not None:
-        paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),
-                                               out / "by_scheduler.csv")
-        paths["by_scheduler.md"] = write_text(head + markdown(pivot), out / "by_scheduler.md")
+    if REALIZATION in params:
+        pivots = aggregated_pivot(aggregate(frame, params, PIVOT_METRICS), params)
+        if pivots is not None:
+            paths["by_scheduler.csv"] = write_text(pivots[0].to_csv(index=False),
+                                                   out / "by_scheduler.csv")
+            paths["by_scheduler.md"] = write_text(
+                head + markdown(pivots[1]) + "\n" + CI_NOTE + ". " + EVICTION_NOTE + ".\n",
+                out / "by_scheduler.md")
+    else:
+        pivot = scheduler_pivot(frame, params)
+        if pivot is not None:
+            paths["by_scheduler.csv"] = write_text(pivot.to_csv(index=False),
+                                                   out / "by_scheduler.csv")
+            paths["by_scheduler.md"] = write_text(head + markdown(pivot),
+                                                  out / "by_scheduler.md")
     if columns:
         unknown = sorted(set(columns) - set(COMPARISON_METRICS))
         if unknown:
             raise ValueError(f"report: unknown column(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(COMPARISON_METRICS)}")
-        top = headline(frame, params, columns)
-        paths["headline.csv"] = write_text(top.to_csv(index=False), out / "headline.csv")
-        paths["headline.md"] = write_text(head + markdown(top), out / "headline.md")
+        if REALIZATION in params:  # per config across realisations, with CIs and victims
+            agg = aggregate(frame, params, columns)
+            pivots = aggregated_pivot(agg, params, columns)
+            if pivots is not None:
+                numbers, text = pivots[0], markdown(pivots[1])
+            else:
+                rows = [(c, METRIC_LABELS.get(c, dict(SIDE_BY_SIDE).get(c, c)))
+                        for c in columns]
+                table = aggregated_table(agg, params, rows)
+                table.index.name = "metric"
+                numbers, text = agg, markdown(table, index=True)
+            paths["headline.csv"] = write_text(numbers.to_csv(index=False),
+                                               out / "headline.csv")
+            paths["headline.md"] = write_text(
+                head + text + "\n" + CI_NOTE + ".\n", out / "headline.md")
+        else:
+            top = headline(frame, params, columns)
+            paths["headline.csv"] = write_text(top.to_csv(index=False), out / "headline.csv")
+            paths["headline.md"] = write_text(head + markdown(top), out / "headline.md")
     if figures and any(j.summary.get("status") == "ok" for j in jobs):
         for k, p in write_figures(jobs, frame, params, out, load_param, title).items():
             paths[f"{k}.png"] = p

@@ -284,10 +284,11 @@ def _chart(chart: ChartData) -> Any:
 def log_sweep_run(sweep_dir: str | Path, comparison: Any, side_by_side: Any,
                   figures: Mapping[str, Path], opts: WandbOptions, group: str | None,
                   name: str, config: Mapping[str, Any],
-                  charts: Sequence[ChartData] = ()) -> Path | None:
+                  charts: Sequence[ChartData] = (), aggregated: Any = None) -> Path | None:
     """Log a sweep as one run of its group (job type `sweep`), in `<sweep_dir>/wandb/`: the
     comparison table (a row per job), the side-by-side table, the `charts` (each a W&B chart
-    backed by its table, `<key>_table`) and the PNG figures."""
+    backed by its table, `<key>_table`), the PNG figures and, for a sweep with realisations,
+    `aggregated` (a row per config: means, CI bounds, victims; `tables/aggregated`)."""
     if opts.mode == "disabled":
         return None
     import wandb
@@ -297,6 +298,8 @@ def log_sweep_run(sweep_dir: str | Path, comparison: Any, side_by_side: Any,
     try:
         payload: dict[str, Any] = {"tables/comparison": _table(comparison),
                                    "tables/side_by_side": _table(side_by_side.reset_index())}
+        if aggregated is not None:
+            payload["tables/aggregated"] = _table(aggregated)
         payload.update({chart.key: _chart(chart) for chart in charts})
         for key, path in figures.items():
             if path.suffix == ".png":
@@ -317,9 +320,15 @@ def log_sweep_dir(sweep_dir: str | Path, opts: WandbOptions, group: str | None, 
                   load_param: str | None = None) -> Path | None:
     """The sweep's W&B run from its folder: the comparison and side-by-side tables of its
     jobs, the charts of `experiments.report.charts.sweep_charts` against `load_param` (else
-    the parameter that reads as load, `tables.pick_load_param`) and `figures`."""
+    the parameter that reads as load, `tables.pick_load_param`) and `figures`. With
+    realisations, the charts draw configs (means with CI columns and victims), the
+    side-by-side table is the one across realisations (`mean [lo, hi] n=`, a column per
+    config) and `tables/aggregated` holds its numbers."""
     from experiments.report.charts import sweep_charts
+    from experiments.report.realizations import REALIZATION
     from experiments.report.tables import (
+        aggregated_frame,
+        aggregated_table,
         comparison_frame,
         load_sweep,
         pick_load_param,
@@ -331,8 +340,14 @@ def log_sweep_dir(sweep_dir: str | Path, opts: WandbOptions, group: str | None, 
     params = varied_params(jobs)
     frame = comparison_frame(jobs, params)
     x = load_param if load_param in params else pick_load_param(params, frame)
-    return log_sweep_run(sweep_dir, frame, side_by_side(jobs, params), figures or {}, opts,
-                         group, name, config, sweep_charts(frame, params, x))
+    aggregated = None
+    table = side_by_side(jobs, params)
+    if REALIZATION in params:
+        aggregated = aggregated_frame(jobs, params)
+        table = aggregated_table(aggregated, params)
+        table.index.name = "metric"
+    return log_sweep_run(sweep_dir, frame, table, figures or {}, opts, group, name, config,
+                         sweep_charts(frame, params, x), aggregated)
 
 
 def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:

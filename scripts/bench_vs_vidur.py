@@ -2,7 +2,8 @@
 """Whole-run replay time against Vidur 0.0.26 on the same work (issue 16).
 
     python scripts/bench_vs_vidur.py [--rounds 3] [--schedulers vllm,sglang]
-        [--cores python,compiled] [--max-requests N] [--out DIR] [--startup]
+        [--cores python,compiled] [--loops sync,pipelined] [--max-requests N] [--out DIR]
+        [--startup]
         [--baseline OLD_CHECKOUT] [--vidur VENV_OR_PYTHON [--vidur-dir DIR]] [--json F]
 
 The workload: the 19,366 (prompt, output) pairs of the Azure 2023 conversation trace
@@ -24,6 +25,16 @@ model=llama2_7b, hardware=a100_80g, executor=sim (roofline), kv_capacity_tokens=
 context 4,096, pages of 16 tokens for both (vLLM block_size, SGLang page_size;
 `--sglang-page-size 1` for SGLang's own default) and a batch
 cap of 128 (vLLM max_num_seqs, SGLang max_running_requests).
+
+Each scheduler runs in the engine loops `--loops` names, each given by its override (never the
+config's default, so a figure says which loop it is for whatever the default is):
+- `sync`, the synchronous loops (vLLM `scheduler.async_scheduling=false`, `EngineCore.step`;
+  SGLang `scheduler.disable_overlap_schedule=true`, `event_loop_normal`); rounds named
+  `vllm`, `sglang`;
+- `pipelined`, the loops a plain server runs (vLLM `scheduler.async_scheduling=true`,
+  AsyncScheduler with a batch queue of two; SGLang `scheduler.disable_overlap_schedule=false`,
+  `event_loop_overlap`); rounds named `vllm-async`, `sglang-overlap`, and the ratio of each
+  to the synchronous loop's median is printed.
 
 Per round and scheduler it prints the process's wall seconds, its peak RSS (os.wait4), the
 number of steps and evictions (from summary.json) and a digest of the records (sha256 over
@@ -72,6 +83,15 @@ QPS = 5.5
 KV_TOKENS = 16384
 PAGE = 16
 BATCH_CAP = 128
+# The override that selects each engine loop, per scheduler, and the suffix of its rounds' names.
+LOOP_OVERRIDES = {
+    "sync": {"vllm": "scheduler.async_scheduling=false",
+             "sglang": "scheduler.disable_overlap_schedule=true"},
+    "pipelined": {"vllm": "scheduler.async_scheduling=true",
+                  "sglang": "scheduler.disable_overlap_schedule=false"},
+}
+LOOP_NAMES = {"sync": {"vllm": "vllm", "sglang": "sglang"},
+              "pipelined": {"vllm": "vllm-async", "sglang": "sglang-overlap"}}
 SUMMARY_VOLATILE = ("git_commit", "git_dirty", "workload_file", "config_hash", "overrides",
                     "core", "core_build")
 
@@ -130,8 +150,9 @@ def write_workload(out: Path, max_requests: int | None) -> tuple[Path, Path, int
 
 
 def our_command(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None,
-                sglang_page_size: int = PAGE) -> list[str]:
-    """`python -m experiments.run` for one of our schedulers on the pairs."""
+                sglang_page_size: int = PAGE, loop: str = "sync") -> list[str]:
+    """`python -m experiments.run` for one of our schedulers on the pairs, in the engine loop
+    `loop` (`LOOP_OVERRIDES`: sync or pipelined)."""
     cap = ([f"scheduler.block_size={PAGE}", f"scheduler.max_num_seqs={BATCH_CAP}"]
            if scheduler == "vllm" else
            [f"scheduler.page_size={sglang_page_size}",
@@ -141,7 +162,8 @@ def our_command(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | 
             f"workload.max_requests={'null' if max_requests is None else max_requests}",
             "model=llama2_7b", "hardware=a100_80g", "executor=sim",
             f"kv_capacity_tokens={KV_TOKENS}", f"max_model_len={VIDUR_MAX_TOKENS}",
-            "progress=off", "logger=none", f"hydra.run.dir={job_dir}", *cap]
+            "progress=off", "logger=none", f"hydra.run.dir={job_dir}", *cap,
+            LOOP_OVERRIDES[loop][scheduler]]
 
 
 def vidur_command(python: str, pairs: Path, out: Path, num_requests: int) -> list[str]:
@@ -212,21 +234,22 @@ def summary_digest(summary: dict[str, Any]) -> str:
 
 
 def our_round(scheduler: str, pairs: Path, job_dir: Path, max_requests: int | None,
-              env: dict[str, str], root: Path = ROOT, sglang_page_size: int = PAGE
-              ) -> dict[str, Any]:
+              env: dict[str, str], root: Path = ROOT, sglang_page_size: int = PAGE,
+              loop: str = "sync") -> dict[str, Any]:
     wall, rss, cpu = timed(our_command(scheduler, pairs, job_dir, max_requests,
-                                       sglang_page_size), root, env)
+                                       sglang_page_size, loop), root, env)
     s = json.loads((job_dir / "summary.json").read_text())
     return {"who": scheduler, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "peak_rss_mib": round(rss, 1),
             "requests": s.get("completed"), "steps": s.get("num_steps"),
-            "evictions": s.get("num_preemptions"), "digest": record_digest(job_dir),
+            "evictions": s.get("num_preemptions"), "engine_loop": s.get("engine_loop"),
+            "digest": record_digest(job_dir),
             "summary_digest": summary_digest(s)}
 
 
-def _scheduler_of(who: str) -> str:
-    """The scheduler of a round's name: vllm, vllm+c (compiled core), vllm@base,
-    vllm+c@base."""
+def _variant_of(who: str) -> str:
+    """The scheduler and loop of a round's name (`LOOP_NAMES`), less the core and the
+    checkout: vllm+c@base -> vllm, sglang-overlap+c -> sglang-overlap."""
     return who.split("@")[0].split("+")[0]
 
 
@@ -261,10 +284,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores", default="python,compiled",
                     help="our cores to run (SCHEDBENCH_CORE): python, compiled (`make "
                          "compiled` first) or both; compiled rounds are named <scheduler>+c")
+    ap.add_argument("--loops", default="sync,pipelined",
+                    help="the engine loops to run (sync, pipelined, or both), each by its "
+                         "override; pipelined rounds are named vllm-async, sglang-overlap")
     ap.add_argument("--json", default=None, help="also write every round's row to this file")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
     scheds = [s for s in args.schedulers.split(",") if s]
+    loops = [x for x in args.loops.split(",") if x]
+    bad = sorted(set(loops) - set(LOOP_OVERRIDES))
+    if bad or not loops:
+        ap.error(f"--loops: unknown {', '.join(bad) or 'none given'} (valid: sync, pipelined)")
+    bad = sorted(set(scheds) - set(LOOP_NAMES["sync"]))
+    if bad:
+        ap.error(f"--schedulers: unknown {', '.join(bad)} (valid: vllm, sglang)")
     pairs, vidur_pairs_csv, n = write_workload(out, args.max_requests)
     env = dict(os.environ)
     env.setdefault("SCHEDBENCH_TRACE_DIR", str(DEFAULT_TRACE_DIR))
@@ -279,15 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     bad = sorted(set(cores) - {"python", "compiled"})
     if bad:
         ap.error(f"--cores: unknown {', '.join(bad)} (valid: python, compiled)")
-    # who -> (the checkout, SCHEDBENCH_CORE)
-    roots: dict[str, tuple[Path, str]] = {}
+    # who -> (the checkout, SCHEDBENCH_CORE, scheduler, loop)
+    roots: dict[str, tuple[Path, str, str, str]] = {}
+    checkouts = [(ROOT, "")]
+    if args.baseline:  # the same cores of the other checkout (compiled: its own build)
+        checkouts.append((Path(args.baseline).resolve(), "@base"))
     for s_ in scheds:
-        for core in cores:
-            roots[s_ if core == "python" else f"{s_}+c"] = (ROOT, core)
-        if args.baseline:  # the same cores of the other checkout (compiled: its own build)
-            for core in cores:
-                roots[f"{s_}@base" if core == "python" else f"{s_}+c@base"] = (
-                    Path(args.baseline).resolve(), core)
+        for loop in loops:
+            for root, tag in checkouts:
+                for core in cores:
+                    name = LOOP_NAMES[loop][s_] + ("" if core == "python" else "+c") + tag
+                    roots[name] = (root, core, s_, loop)
     if args.vidur_script and vidur_py:
         ap.error("give --vidur or --vidur-script, not both")
     with_vidur = bool(vidur_py or args.vidur_script)
@@ -303,38 +338,46 @@ def main(argv: list[str] | None = None) -> int:
                 row: dict[str, Any] = {"who": "vidur", "wall_s": round(wall, 2),
                                        "cpu_s": round(cpu, 2), "peak_rss_mib": round(rss, 1)}
             else:
-                sched = _scheduler_of(who)
-                root, core = roots[who]
+                root, core, sched, loop = roots[who]
                 env_core = {**env, "SCHEDBENCH_CORE": core}
                 row = our_round(sched, pairs, out / f"round{r}" / who, None, env_core, root,
-                                args.sglang_page_size)
+                                args.sglang_page_size, loop)
                 row["who"] = who
                 if args.startup:
                     sw, _, _ = timed(our_command(sched, pairs, out / f"round{r}" / f"{who}_1",
-                                                 1, args.sglang_page_size), root, env_core)
+                                                 1, args.sglang_page_size, loop), root,
+                                     env_core)
                     row["startup_s"] = round(sw, 2)
             row["round"] = r
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(f"{'who':<11} {'median wall s':>13} {'rounds':<24} {'cpu s':>6} {'startup s':>9} "
+    print(f"{'who':<20} {'median wall s':>13} {'rounds':<24} {'cpu s':>6} {'startup s':>9} "
           f"{'peak MiB':>9} {'steps':>8} {'evict':>6}  same records")
     medians: dict[str, float] = {}
+    cpu_medians: dict[str, float] = {}
     for who in everyone:
         mine = [x for x in rows if x["who"] == who]
         medians[who] = statistics.median(x["wall_s"] for x in mine)
+        cpu_medians[who] = statistics.median(x["cpu_s"] for x in mine)
         st = [x["startup_s"] for x in mine if "startup_s" in x]
-        print(f"{who:<11} {medians[who]:>13.2f} {','.join(str(x['wall_s']) for x in mine):<24} "
-              f"{statistics.median(x['cpu_s'] for x in mine):>6.2f} "
+        print(f"{who:<20} {medians[who]:>13.2f} {','.join(str(x['wall_s']) for x in mine):<24} "
+              f"{cpu_medians[who]:>6.2f} "
               f"{statistics.median(st) if st else float('nan'):>9.2f} "
               f"{max(x['peak_rss_mib'] for x in mine):>9.1f} {mine[0].get('steps', '')!s:>8} "
               f"{mine[0].get('evictions', '')!s:>6}  "
               f"{'' if who == 'vidur' else len(_digests(mine)) == 1}")
-    for s_ in scheds:
-        variants = [who for who in roots if _scheduler_of(who) == s_]
+    for name in dict.fromkeys(_variant_of(who) for who in roots):
+        variants = [who for who in roots if _variant_of(who) == name]
         same = _digests([x for x in rows if x["who"] in variants])
         if len(variants) > 1:
-            print(f"{s_}: records and summary equal across {', '.join(variants)}: "
+            print(f"{name}: records and summary equal across {', '.join(variants)}: "
                   f"{len(same) == 1}")
+    # The pipelined loop's time against the synchronous loop's, per scheduler, core, checkout
+    for who, (_, _, s_, loop) in roots.items():
+        sync = who.replace(LOOP_NAMES[loop][s_], LOOP_NAMES["sync"][s_], 1)
+        if loop != "sync" and sync in roots:
+            print(f"{who} / {sync} = {medians[who] / medians[sync]:.3f} wall, "
+                  f"{cpu_medians[who] / cpu_medians[sync]:.3f} cpu")
     if "vidur" in medians:
         for who in roots:
             print(f"{who} / vidur = {medians[who] / medians['vidur']:.3f}")

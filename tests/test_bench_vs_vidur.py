@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,33 @@ def test_one_small_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         rows = list(csv.DictReader(f))
     assert len(rows) == 30 and list(rows[0]) == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
     assert (tmp_path / "round0" / "vllm" / "requests.parquet").is_file()
+
+
+def test_each_loop_is_given_by_its_override() -> None:
+    """The bench names the loop of every run explicitly (never the config's default)."""
+    bench = _bench()
+    pairs, job = Path("p.csv"), Path("j")
+    assert bench.our_command("vllm", pairs, job, 1)[-1] == "scheduler.async_scheduling=false"
+    assert bench.our_command("vllm", pairs, job, 1, loop="pipelined")[-1] == \
+        "scheduler.async_scheduling=true"
+    assert bench.our_command("sglang", pairs, job, 1)[-1] == \
+        "scheduler.disable_overlap_schedule=true"
+    assert bench.our_command("sglang", pairs, job, 1, loop="pipelined")[-1] == \
+        "scheduler.disable_overlap_schedule=false"
+    with pytest.raises(SystemExit):
+        bench.main(["--loops", "async"])
+
+
+@needs_trace
+def test_a_round_of_both_loops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", str(TRACES))
+    bench = _bench()
+    assert bench.main(["--rounds", "1", "--max-requests", "20", "--schedulers", "sglang",
+                       "--cores", "python", "--loops", "sync,pipelined",
+                       "--out", str(tmp_path), "--json", str(tmp_path / "rows.json")]) == 0
+    out = capsys.readouterr().out
+    assert "sglang-overlap / sglang = " in out
+    rows = {r["who"]: r for r in json.loads((tmp_path / "rows.json").read_text())}
+    assert rows["sglang"]["engine_loop"] == "synchronous"
+    assert rows["sglang-overlap"]["engine_loop"] == "overlap"

@@ -104,10 +104,15 @@ def test_loop_for_reads_the_selecting_fields_and_the_fallback() -> None:
     assert (only.value, only.source) == ("synchronous", "the scheduler's only loop")
 
 
-def test_the_auto_pool_is_refused_with_the_real_executor_naming_the_default() -> None:
-    from experiments.run.main import validate_run_config
-    with pytest.raises(ValueError, match=r"auto is the default.*kv_capacity_tokens=16384"):
-        validate_run_config(compose_config(["executor=real"]))
+def test_the_auto_pool_of_the_real_executor_is_its_stated_number() -> None:
+    from experiments.run.main import real_auto_pool
+    pool = real_auto_pool(compose_config(["executor=real"]))
+    assert pool is not None and pool.tokens == 16384
+    assert pool.source.startswith("executor.auto_kv_capacity_tokens")
+    assert real_auto_pool(compose_config(["executor=real",
+                                          "executor.auto_kv_capacity_tokens=512"])).tokens == 512
+    assert real_auto_pool(compose_config(["executor=real", "kv_capacity_tokens=4096"])) is None
+    assert real_auto_pool(compose_config([])) is None
 
 
 def test_an_unmeasured_pair_is_refused_naming_the_cost_models_that_run_it(tmp_path: Path

@@ -19,7 +19,8 @@ def test_console_scripts_name_the_python_m_entry_points() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"schedbench-run": "experiments.cli:run",
                        "schedbench-report": "experiments.cli:report",
-                       "schedbench-conformance": "experiments.cli:conformance"}
+                       "schedbench-conformance": "experiments.cli:conformance",
+                       "schedbench-capacity": "experiments.cli:capacity"}
     for target in scripts.values():
         module, _, func = target.partition(":")
         assert callable(getattr(importlib.import_module(module), func))

@@ -22,7 +22,7 @@ from experiments.run.build import (
     resolve_kv_capacity,
 )
 from experiments.run.caveats import run_warnings
-from experiments.run.main import run_experiment, validate_run_config
+from experiments.run.main import run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,12 +117,6 @@ def test_summary_records_the_auto_pool_and_how_it_was_computed(tmp_path: Path) -
     given = run_experiment(job_config("kv_capacity_tokens=4096"), tmp_path / "given")
     assert (given["kv_capacity_tokens"], given["kv_capacity_source"],
             given["kv_pool_estimate"]) == (4096, "config", None)
-
-
-def test_auto_is_refused_with_the_real_executor() -> None:
-    cfg = job_config("kv_capacity_tokens=auto", "executor=real")
-    with pytest.raises(ValueError, match="kv_capacity_tokens=auto sizes the pool"):
-        validate_run_config(cfg)
 
 
 # --- the model's context length ----------------------------------------------------------

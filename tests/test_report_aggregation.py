@@ -121,7 +121,8 @@ def test_compare_realizations_by_hand() -> None:
 
 # Settings these tests need, whatever the defaults: the simulator on a fixed model, hardware
 # and KV pool small enough that vLLM evicts.
-SETTINGS = ["executor=sim", "model=llama3_8b", "hardware=h200", "workload=synthetic",
+SETTINGS = ["executor=sim", "model=llama3_8b", "hardware=h200", "executor.cost_model=roofline",
+            "workload=synthetic",
             "workload.num_requests=40", "workload.request_rate=50",
             "workload.prompt_len.mean=200", "workload.output_len.mean=40", "progress=off"]
 

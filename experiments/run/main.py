@@ -74,6 +74,7 @@ from experiments.results.sinks import (
 )
 from experiments.run.build import (
     AUTO,
+    KvCapacity,
     as_dict,
     build_admission,
     build_executor,
@@ -175,15 +176,9 @@ def invariant_check(scheduler: Scheduler) -> SchedulerCheck:
 
 def validate_run_config(cfg: DictConfig) -> None:
     """Refuse a value out of the range its field declares (`check_ranges`: every numeric key
-    of docs/CONFIG.md), and top-level keys that nothing reads, naming the valid ones; and
-    kv_capacity_tokens=auto with the real executor."""
+    of docs/CONFIG.md), and top-level keys that nothing reads, naming the valid ones."""
     check_ranges(cfg)
-    kv = parse_kv_capacity(cfg.kv_capacity_tokens)
-    if kv == AUTO and str(cfg.executor.name) == "real":
-        raise ValueError("kv_capacity_tokens=auto sizes the pool of the configured hardware "
-                         "for the simulated executor (auto is the default); with executor=real "
-                         "give the pool as a number of token slots (kv_capacity_tokens=N, "
-                         "e.g. kv_capacity_tokens=16384)")
+    parse_kv_capacity(cfg.kv_capacity_tokens)
     from experiments.run.config import RunConfig
 
     unknown = sorted(set(map(str, cfg.keys())) - {f.name for f in dataclasses.fields(RunConfig)})
@@ -191,6 +186,16 @@ def validate_run_config(cfg: DictConfig) -> None:
         raise ValueError(f"unknown top-level key(s) {', '.join(map(str, unknown))} (added "
                          "with +KEY=...?): nothing reads them; valid keys: "
                          f"{', '.join(sorted(f.name for f in dataclasses.fields(RunConfig)))}")
+
+
+def real_auto_pool(cfg: DictConfig) -> KvCapacity | None:
+    """With the real executor, `kv_capacity_tokens=auto` is the executor's stated
+    `auto_kv_capacity_tokens` (auto sizes a simulated GPU's memory, not the machine the
+    model runs on); None otherwise."""
+    if parse_kv_capacity(cfg.kv_capacity_tokens) != AUTO or str(cfg.executor.name) != "real":
+        return None
+    return KvCapacity(int(cfg.executor.auto_kv_capacity_tokens),
+                      "executor.auto_kv_capacity_tokens (kv_capacity_tokens=auto, executor=real)")
 
 
 def _random_seed_summary(cfg_scheduler: Any, derived: int) -> dict[str, int]:
@@ -295,9 +300,10 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         # The real executor's tokens are read back from the requests: keep them (small runs).
         requests: Iterable[Request] = list(stream) if real else stream
         admission = build_admission(cfg.get("admission"))
-        pool = resolve_kv_capacity(cfg.kv_capacity_tokens, model, hardware,
-                                   float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
-                                   config_page_size(cfg.scheduler))
+        pool = real_auto_pool(cfg) or resolve_kv_capacity(
+            cfg.kv_capacity_tokens, model, hardware,
+            float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
+            config_page_size(cfg.scheduler))
         kv_capacity = pool.tokens
         # the random victim policy's seed: scheduler.random_seed, or (null) the run's seed of
         # this realisation, as the workload's

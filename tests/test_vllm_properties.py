@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from engines.errors import NoProgressError
 from engines.livelock import ProgressWatch
 from experiments.conformance.replay import fake_token
 from schedulers.contract import Request, StepResult
@@ -81,7 +83,10 @@ def test_invariants_hold_and_every_request_ends(case) -> None:  # type: ignore[n
         assert step < 200_000, "the livelock detector did not fire"
         while pending and pending[0][0] <= step:
             _, r = pending.pop(0)
-            r.arrival_time = float(step)
+            # distinct arrival times, as a clock gives: under policy=priority upstream's victim
+            # is max(running, key=(priority, arrival_time)), and an exact tie picks the first
+            # running request, which can evict itself forever (TIED_LIVELOCK below)
+            r.arrival_time = step + 1e-6 * int(r.request_id[1:])
             reason = sched.add_request(r)
             if reason is not None:
                 outcome[r.request_id] = "rejected"
@@ -113,3 +118,36 @@ def test_invariants_hold_and_every_request_ends(case) -> None:  # type: ignore[n
             assert not r.ignore_eos and len(r.output_token_ids) == r.eos_output_len
         else:
             assert how == "rejected" or how.startswith("abort:")
+
+
+# Found by hypothesis in CI: two requests of equal priority and the exact same arrival time
+# under policy=priority, each of which alone fills the pool. Upstream's victim choice,
+# max(running, key=(priority, arrival_time)) (vllm/v1/core/sched/scheduler.py: schedule),
+# returns the first of the tied requests, so the request that needs a block evicts itself,
+# the other takes its place, and they trade places forever. Mirrored faithfully; the engine's
+# livelock detector stops it with a clear error instead of running forever.
+def test_an_exact_tie_under_priority_is_a_livelock_the_detector_stops() -> None:
+    cfg = VllmSchedulerConfig(num_blocks=4, block_size=4, max_num_seqs=2,
+                              max_num_batched_tokens=5, max_model_len=64,
+                              long_prefill_token_threshold=4,
+                              scheduler_reserve_full_isl=False, policy="priority",
+                              enable_prefix_caching=False)
+
+    def run(second_arrival: float) -> None:
+        sched = VllmScheduler(cfg)
+        for rid, t in (("r0", 0.0), ("r1", second_arrival)):
+            sched.add_request(Request(rid, [3] * 12, max_tokens=1, arrival_time=t, priority=1,
+                                      eos_output_len=1, eos_token_id=2))
+        watch = ProgressWatch()
+        for _ in range(5000):
+            if not sched.has_unfinished():
+                return
+            plan = sched.schedule()
+            sampled = {c.request_id: 2 for c in plan.chunks if c.sample}
+            events = sched.update_from_output(plan, StepResult(sampled, 0.0))
+            watch.observe(plan, [rid for rid, _ in events.finished])
+        raise AssertionError("neither ended nor detected")
+
+    run(1e-6)  # a clock's distinct arrivals: the later one is the victim, both end
+    with pytest.raises(NoProgressError, match="livelock"):
+        run(0.0)

@@ -17,12 +17,19 @@ from typing import Any
 
 import pytest
 from fcfs_double import ENTRY as FCFS_DOUBLE_ENTRY
+from hypothesis import settings as hypothesis_settings
 from omegaconf import DictConfig
 
 from engines.executors.sim import SimExecutor
 from engines.executors.specs import HardwareSpec, ModelSpec
 from schedulers import registry
 from schedulers.contract import Scheduler
+
+# Property tests draw the same examples on every machine and run (CI and users' machines must
+# agree); SCHEDBENCH_HYPOTHESIS_PROFILE=explore draws fresh ones to hunt for new failures.
+hypothesis_settings.register_profile("repeatable", derandomize=True)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile(os.environ.get("SCHEDBENCH_HYPOTHESIS_PROFILE", "repeatable"))
 
 # A model and a machine small enough that a replay of a few hundred requests takes
 # milliseconds; the memory bandwidth is low so that decode steps dominate.

@@ -49,39 +49,34 @@ def find_capacity(passes: Callable[[float], bool], start: float, tolerance: floa
         probes.append((rate, ok))
         return ok
 
-    rate = start
-    if probe(rate):
-        lo = rate
+    def walk(up: bool) -> tuple[float, float | None]:
+        """From `start` (already probed), step the rate by `growth` up (or down), clamped
+        at `high` (`low`), while the test gives what it gave at `start`: the last rate that
+        gave it and the first that did not (None: not within the range or the steps)."""
+        last = start
         for _ in range(max_expansions):
-            rate = min(rate * growth, high)
-            if not probe(rate):
+            rate = min(last * growth, high) if up else max(last / growth, low)
+            if rate == last:
                 break
-            lo = rate
-            if rate >= high:
-                break
-        else:
-            rate = math.nan
-        if lo == rate or math.isnan(rate):
+            if probe(rate) != up:
+                return last, rate
+            last = rate
+        return last, None
+
+    if probe(start):
+        lo, found_hi = walk(up=True)
+        if found_hi is None:
             raise BracketError(f"attainment held up to rate {lo:g} (start {start:g}, "
                                f"x{growth:g} per step, {len(probes)} probes): no saturation "
                                "found")
-        hi = rate
+        hi = found_hi
     else:
-        hi = rate
-        for _ in range(max_expansions):
-            rate = max(rate / growth, low)
-            if probe(rate):
-                break
-            hi = rate
-            if rate <= low:
-                break
-        else:
-            rate = math.nan
-        if hi == rate or math.isnan(rate):
+        hi, found_lo = walk(up=False)
+        if found_lo is None:
             raise BracketError(f"attainment failed down to rate {hi:g} (start {start:g}, "
                                f"/{growth:g} per step, {len(probes)} probes): the target is "
                                "not met even at a low rate")
-        lo = rate
+        lo = found_lo
     while hi - lo > tolerance * lo:
         mid = 0.5 * (lo + hi)
         if probe(mid):

@@ -105,14 +105,20 @@ def test_loop_for_reads_the_selecting_fields_and_the_fallback() -> None:
 
 
 def test_the_auto_pool_of_the_real_executor_is_its_stated_number() -> None:
-    from experiments.run.main import real_auto_pool
-    pool = real_auto_pool(compose_config(["executor=real"]))
-    assert pool is not None and pool.tokens == 16384
-    assert pool.source.startswith("executor.auto_kv_capacity_tokens")
-    assert real_auto_pool(compose_config(["executor=real",
-                                          "executor.auto_kv_capacity_tokens=512"])).tokens == 512
-    assert real_auto_pool(compose_config(["executor=real", "kv_capacity_tokens=4096"])) is None
-    assert real_auto_pool(compose_config([])) is None
+    from experiments.run.build import build_hardware, build_model, job_kv_capacity
+
+    def pool(*overrides: str) -> Any:
+        cfg = compose_config(list(overrides))
+        return job_kv_capacity(cfg, build_model(cfg.model), build_hardware(cfg.hardware), 4096)
+
+    real = pool("executor=real")
+    assert real.tokens == 16384 and real.estimate is None
+    assert real.source.startswith("executor.auto_kv_capacity_tokens")
+    assert pool("executor=real", "executor.auto_kv_capacity_tokens=512").tokens == 512
+    given = pool("executor=real", "kv_capacity_tokens=4096")
+    assert (given.tokens, given.source) == (4096, "config")
+    sim = pool()  # the simulator's auto: the GPU's memory
+    assert sim.estimate is not None and sim.tokens == sim.estimate.kv_capacity_tokens
 
 
 def test_an_unmeasured_pair_is_refused_naming_the_cost_models_that_run_it(tmp_path: Path

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import compose_config
 
-from experiments.run.build import build_scheduler_with_settings
+from experiments.run.build import build_job_scheduler
 from experiments.run.main import run_experiment
 from schedulers import registry
 from schedulers.device_defaults import GIB, MIB, DeviceSpec
@@ -96,18 +96,21 @@ def test_sglang_explicit_chunked_prefill_size_wins() -> None:
 # --- applied where the scheduler is built --------------------------------------------------
 
 def test_build_resolves_null_fields_from_the_device_and_keeps_explicit_ones() -> None:
-    sched, limits = build_scheduler_with_settings(
+    job = build_job_scheduler(
         {"name": "vllm", "max_num_seqs": None, "max_num_batched_tokens": None}, 4096, 8192, H100)
+    sched, limits = job.scheduler, job.limits
     config: Any = sched.config  # type: ignore[attr-defined]
     assert (config.max_num_batched_tokens, config.max_num_seqs) == (8192, 1024)
     assert limits["max_num_seqs"].value == 1024
-    sched, limits = build_scheduler_with_settings(
+    job = build_job_scheduler(
         {"name": "vllm", "max_num_seqs": 32, "max_num_batched_tokens": None}, 4096, 8192, A100)
+    sched, limits = job.scheduler, job.limits
     config = sched.config  # type: ignore[attr-defined]
     assert (config.max_num_batched_tokens, config.max_num_seqs) == (2048, 32)
     assert limits["max_num_seqs"].source == "config"
-    sched, limits = build_scheduler_with_settings(
+    job = build_job_scheduler(
         {"name": "sglang", "chunked_prefill_size": None}, 4096, 8192, gpu(180))
+    sched, limits = job.scheduler, job.limits
     assert sched.config.chunked_prefill_size == 16384  # type: ignore[attr-defined]
 
 

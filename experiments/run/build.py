@@ -222,17 +222,6 @@ class JobScheduler:
     loop_warning: str | None = None
 
 
-def build_scheduler_with_settings(cfg_scheduler: Mapping[str, Any] | DictConfig,
-                                  kv_capacity_tokens: int, max_model_len: int | None = None,
-                                  device: DeviceSpec | None = None, random_seed: int = 0
-                                  ) -> tuple[Scheduler, dict[str, Setting]]:
-    """`build_scheduler`, and the value and source of each device-sized limit it resolved
-    (empty for a `target` scheduler, which gets its fields as given)."""
-    job = build_job_scheduler(cfg_scheduler, kv_capacity_tokens, max_model_len, device,
-                              random_seed)
-    return job.scheduler, job.limits
-
-
 def build_job_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
                         kv_capacity_tokens: int, max_model_len: int | None = None,
                         device: DeviceSpec | None = None, random_seed: int = 0
@@ -278,8 +267,8 @@ def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
     configured hardware's, `HardwareSpec.device`); a `target` factory gets `max_model_len=`
     and its other fields as given. A null `random_seed` field becomes `random_seed`.
     """
-    return build_scheduler_with_settings(cfg_scheduler, kv_capacity_tokens, max_model_len,
-                                         device, random_seed)[0]
+    return build_job_scheduler(cfg_scheduler, kv_capacity_tokens, max_model_len, device,
+                               random_seed).scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +307,20 @@ def resolve_kv_capacity(value: Any, model: ModelSpec, hardware: HardwareSpec,
     estimate = auto_kv_pool(model, hardware, float(gpu_memory_utilization), max_model_len,
                             page_size)
     return KvCapacity(estimate.kv_capacity_tokens, estimate.source, estimate)
+
+
+def job_kv_capacity(cfg: DictConfig, model: ModelSpec, hardware: HardwareSpec,
+                    max_model_len: int | None) -> KvCapacity:
+    """A job's KV pool (`resolve_kv_capacity`), except that with the real executor `auto`
+    is the executor's stated `auto_kv_capacity_tokens`: auto sizes a simulated GPU's memory,
+    not the machine the real model runs on."""
+    if parse_kv_capacity(cfg.kv_capacity_tokens) == AUTO and str(cfg.executor.name) == "real":
+        return KvCapacity(int(cfg.executor.auto_kv_capacity_tokens),
+                          "executor.auto_kv_capacity_tokens (kv_capacity_tokens=auto, "
+                          "executor=real)")
+    return resolve_kv_capacity(cfg.kv_capacity_tokens, model, hardware,
+                               float(cfg.get("gpu_memory_utilization", 0.92)), max_model_len,
+                               config_page_size(cfg.scheduler))
 
 
 def build_admission(cfg_admission: Mapping[str, Any] | DictConfig | None) -> AdmissionLimits:

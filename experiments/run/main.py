@@ -73,8 +73,6 @@ from experiments.results.sinks import (
     write_table,
 )
 from experiments.run.build import (
-    AUTO,
-    KvCapacity,
     as_dict,
     build_admission,
     build_executor,
@@ -82,13 +80,12 @@ from experiments.run.build import (
     build_job_scheduler,
     build_model,
     check_context_length,
-    config_page_size,
     cost_model_summary,
     effective_context_length,
     job_context_length,
+    job_kv_capacity,
     model_context_length,
     parse_kv_capacity,
-    resolve_kv_capacity,
     step_time_source,
 )
 from experiments.run.caveats import run_warnings
@@ -186,16 +183,6 @@ def validate_run_config(cfg: DictConfig) -> None:
         raise ValueError(f"unknown top-level key(s) {', '.join(map(str, unknown))} (added "
                          "with +KEY=...?): nothing reads them; valid keys: "
                          f"{', '.join(sorted(f.name for f in dataclasses.fields(RunConfig)))}")
-
-
-def real_auto_pool(cfg: DictConfig) -> KvCapacity | None:
-    """With the real executor, `kv_capacity_tokens=auto` is the executor's stated
-    `auto_kv_capacity_tokens` (auto sizes a simulated GPU's memory, not the machine the
-    model runs on); None otherwise."""
-    if parse_kv_capacity(cfg.kv_capacity_tokens) != AUTO or str(cfg.executor.name) != "real":
-        return None
-    return KvCapacity(int(cfg.executor.auto_kv_capacity_tokens),
-                      "executor.auto_kv_capacity_tokens (kv_capacity_tokens=auto, executor=real)")
 
 
 def _random_seed_summary(cfg_scheduler: Any, derived: int) -> dict[str, int]:
@@ -300,10 +287,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path, group: str | None = Non
         # The real executor's tokens are read back from the requests: keep them (small runs).
         requests: Iterable[Request] = list(stream) if real else stream
         admission = build_admission(cfg.get("admission"))
-        pool = real_auto_pool(cfg) or resolve_kv_capacity(
-            cfg.kv_capacity_tokens, model, hardware,
-            float(cfg.get("gpu_memory_utilization", 0.92)), ctx.value,
-            config_page_size(cfg.scheduler))
+        pool = job_kv_capacity(cfg, model, hardware, ctx.value)
         kv_capacity = pool.tokens
         # the random victim policy's seed: scheduler.random_seed, or (null) the run's seed of
         # this realisation, as the workload's

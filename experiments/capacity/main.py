@@ -111,10 +111,10 @@ def default_schedulers(overrides: Sequence[str]) -> list[str]:
     """The schedulers a multirun of these overrides sweeps (the preset's or the default
     comparison)."""
     from experiments.run.main import CONF_DIR
-    from experiments.run.preflight import _configured_schedulers
+    from experiments.run.preflight import configured_schedulers
 
     groups = [o for o in overrides if o.split("=", 1)[0] == "experiment"]
-    return _configured_schedulers(CONF_DIR, groups, True)
+    return configured_schedulers(CONF_DIR, groups, True)
 
 
 def _start_rate(cfg: DictConfig, param: str) -> float:

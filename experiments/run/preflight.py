@@ -78,7 +78,7 @@ def _values(ov: Any) -> list[str]:
             else [str(ov.value())])
 
 
-def _configured_schedulers(config_dir: str, groups: list[str], multirun: bool) -> list[str]:
+def configured_schedulers(config_dir: str, groups: list[str], multirun: bool) -> list[str]:
     """The schedulers the config runs without a `scheduler=` override: those that
     `hydra.sweeper.params` sweeps in a multirun (after the given group choices, e.g. an
     experiment preset), else the default scheduler."""
@@ -123,7 +123,7 @@ def explain_scheduler_keys(argv: Sequence[str], config_dir: str) -> str | None:
     else:
         groups = [ov.input_line for ov in overrides
                   if ov.key_or_group in ("experiment",) and not ov.is_sweep_override()]
-        schedulers = _configured_schedulers(config_dir, groups, multirun)
+        schedulers = configured_schedulers(config_dir, groups, multirun)
     fields = {name: {f.name for f in dataclasses.fields(SCHEDULER_SCHEMAS[name])}
               for name in registry.all_names() if not registry.get(name).test_only}
     for key, arg in keys:

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Shared body of the load-relative studies (issue 30): for one setting of a study preset,
+#   1. find each scheduler's capacity (python -m experiments.capacity, R realisations),
+#   2. sweep the preset's loads as fractions of that capacity (workload.load, a Hydra
+#      multirun, W&B offline),
+#   3. write the setting's tables and figures to results/<name>/<setting>/, with
+#      capacity.md (the capacity table) beside them.
+#   scripts/_study.sh NAME SETTING "TITLE" COLUMNS [Hydra overrides of this setting...]
+# COLUMNS: the comma-separated metrics of headline.md. CAPACITY_REALIZATIONS (default 5) sets
+# the realisations of each capacity probe. The raw folders (capacity probes, job folders,
+# wandb/) go to results/<name>/runs/<setting>/, which git ignores; everything written under
+# results/<name>/<setting>/ is a function of the command alone (no dates, no wall times), so
+# a rerun rewrites it byte for byte.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=$1
+setting=$2
+title=$3
+columns=$4
+shift 4
+py=${PYTHON:-.venv/bin/python}
+out=results/$name/$setting
+runs=results/$name/runs/$setting
+export CI=${CI:-true}  # no progress bars in the workers
+rm -rf "$runs"
+mkdir -p "$runs" "$out"
+"$py" -m experiments.capacity "experiment=$name" "$@" \
+    --realizations "${CAPACITY_REALIZATIONS:-5}" --out "$runs/capacity"
+"$py" - "$runs/capacity/capacity.json" "$out/capacity.md" "$title" <<'PY'
+import json, sys
+from experiments.capacity.main import format_table
+data = json.load(open(sys.argv[1]))
+cmd = " ".join(data["command"][3:])
+text = (f"# Capacity: {sys.argv[3]}\n\n```\n{format_table(data)}\n```\n\n"
+        f"Command: `python -m experiments.capacity {cmd}`. Rule: {data['rule']}. "
+        f"Config digest `{data['config_digest'][:16]}`.\n")
+open(sys.argv[2], "w").write(text)
+PY
+"$py" -m experiments.run -m "experiment=$name" "$@" logger=wandb "hydra.sweep.dir=$runs/sweep" \
+    "workload.capacity_file=$runs/capacity/capacity.json" \
+    hydra.callbacks.comparison.print_table=false
+"$py" -m experiments.report "$runs/sweep" --out "$out" --title "$title" --columns "$columns"

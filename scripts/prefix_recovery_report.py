@@ -129,8 +129,14 @@ def recovery_table(jobs: pd.DataFrame, readm: pd.DataFrame) -> pd.DataFrame:
             "none_recovered": float((shares == 0).mean()) if shares.size else math.nan,
             "at_least_90pct": float((shares >= 0.9).mean()) if shares.size else math.nan,
             "token_weighted": tw,
+            "median_computed_none": _median(r.loc[r["recovered"] == 0, "computed"]),
+            "median_computed_some": _median(r.loc[r["recovered"] > 0, "computed"]),
         })
     return pd.DataFrame(rows)
+
+
+def _median(values: pd.Series) -> float:
+    return float(values.median()) if len(values) else math.nan
 
 
 def recovery_markdown(df: pd.DataFrame) -> str:
@@ -152,6 +158,11 @@ def recovery_markdown(df: pd.DataFrame) -> str:
         "recovered none (%)": df["none_recovered"].map(_pct),
         "recovered >= 90 % (%)": df["at_least_90pct"].map(_pct),
         "token-weighted (%)": df["token_weighted"].map(_pct),
+        "median tokens computed at eviction: recovered none / some": [
+            NA if math.isnan(a) and math.isnan(b) else
+            f"{NA if math.isnan(a) else f'{a:.0f}'} / {NA if math.isnan(b) else f'{b:.0f}'}"
+            for a, b in zip(df["median_computed_none"], df["median_computed_some"],
+                            strict=True)],
     })
     return (_table(out) + "\nPer readmission (experiments/report/recovery.py): the tokens "
             "found cached when an evicted request is scheduled again, capped at what it had "

@@ -25,6 +25,7 @@ from experiments.report.figures import (
     kv_use_over_time,
     metric_vs_load,
     scheduler_color,
+    victims_vs_others,
 )
 from experiments.report.step_time import StepTimes, step_time_figure
 from experiments.report.tables import EVICTION_METRICS
@@ -171,3 +172,16 @@ def test_step_time_ticks_never_collide(tmp_path: Path) -> None:
                 shown = [t for t in axis.get_major_ticks()
                          if lo <= t.get_loc() <= hi and t.label1.get_text()]
                 assert len(shown) >= 2, [t.get_loc() for t in shown]
+
+
+def test_a_long_legend_entry_takes_a_row_of_its_own(tmp_path: Path) -> None:
+    # the categorical victims figure's legend ran past a column-wide figure's edge
+    frame = pd.DataFrame({"scheduler": ["vllm", "sglang"], "status": ["ok", "ok"],
+                          "median_e2el_victim_ms": [15000.0, float("nan")],
+                          "p99_e2el_victim_ms": [25000.0, float("nan")],
+                          "median_e2el_nonvictim_ms": [11000.0, 17000.0],
+                          "p99_e2el_nonvictim_ms": [29000.0, 36000.0]})
+    with saved_figures() as figs:
+        victims_vs_others(frame, None, tmp_path / "v.png")
+    (fig,) = figs
+    assert layout_problems(fig) == [] and legends(fig) == 1

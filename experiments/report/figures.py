@@ -379,13 +379,21 @@ def _panels(jobs: Sequence[JobSeries]) -> list[str]:
     return list(dict.fromkeys(j.panel for j in jobs)) or [""]
 
 
+# A legend entry's width: its text at 7 pt (about 0.05 in a character) and its handle with
+# the spacing around it.
+LEGEND_CHAR_IN = 0.05
+LEGEND_HANDLE_IN = 0.55
+
+
 def fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
     """The figure's one legend, below the panels (`note` as its title), in columns that fit
     the figure's width."""
     if handles:
-        across = 4 if fig.get_figwidth() > COLUMN_IN + 0.5 else 2  # fits the figure's width
         parts = [h.parts if isinstance(h, LegendGroup) else h for h in handles]
         labels = [h.get_label() for h in handles]
+        # as many columns as the widest entry allows across the figure (4 at most)
+        widest = max(len(text) for text in labels) * LEGEND_CHAR_IN + LEGEND_HANDLE_IN
+        across = max(1, min(4, int(fig.get_figwidth() // widest)))
         fig.legend(parts, labels, loc="outside lower center", ncol=min(len(handles), across),
                    title=note or None, title_fontsize=SMALL_PT,
                    handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)})

@@ -118,6 +118,14 @@ def test_kv_use_legend_swatches_have_the_colours_they_label(tmp_path: Path) -> N
     for s in swatches:  # ...and every swatch is the colour of something drawn
         assert any(np.allclose(s, c) for c in [*bands, *spans]), s
     assert layout_problems(fig) == []
+    # without idle time, no idle entry: the legend names only what is drawn
+    busy = pa.table({"start_time": [0.0, 1.0], "duration_s": [1.0, 1.0],
+                     "kv_used_tokens": [10, 60], "num_preempted": [0, 0]})
+    job = JobSeries("vllm", "", np.array([0.1]), np.array([1.0]), bin_steps(busy, 4), 100)
+    with saved_figures() as figs:
+        kv_use_over_time([job], tmp_path / "busy.png")
+    (legend,) = figs[0].legends
+    assert [t.get_text() for t in legend.get_texts()] == ["mean per bin", "max per bin"]
 
 
 def policy_runs() -> pd.DataFrame:

@@ -1001,8 +1001,9 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                 _each(drawn, lambda s: Line2D([], [], color=scheduler_color(s), lw=0.9),
                       "mean per bin"),
                 _each(drawn, lambda s: Patch(color=scheduler_color(s), alpha=0.25, lw=0),
-                      "max per bin"),
-                Patch(color="0.88", lw=0, label="idle (no step)")]
+                      "max per bin")]
+            if any(_idle_spans(j.kv) for j in jobs):  # named only when drawn
+                handles.append(Patch(color="0.88", lw=0, label="idle (no step)"))
             fig_legend(fig, handles)
         else:
             labels = sorted(dict.fromkeys((j.shade, j.label) for j in jobs))

@@ -17,7 +17,8 @@ reads each setting's load sweep (a Hydra multirun over `scheduler`, `workload.lo
   step-time source, loop, batch limits, KV pool, context, the prompts clipped or dropped and
   the outputs cut per window, the capacity, the loads);
 - `recovery_cdf.png` (+ PDF): per setting, the CDF over readmissions of the share recovered,
-  one line per scheduler and load (the mean of the windows' CDFs, with its 95 % band);
+  one line per scheduler and load (pooled over the windows, with a 95 % band by the bootstrap
+  over windows);
 - `recovery_vs_load.png` (+ PDF): per setting, the mean share recovered per readmission, the
   token-weighted share and the recompute share against load, with CIs and the min-max range.
 """
@@ -43,7 +44,7 @@ from matplotlib.lines import Line2D
 
 from experiments.report.analysis import load
 from experiments.report.figures import _save, scheduler_color, shade, style, suptitle, wrapped
-from experiments.report.realizations import REALIZATION, bootstrap_ci, curve_band
+from experiments.report.realizations import REALIZATION, bootstrap_ci
 from experiments.report.recovery import readmissions, share_cdf
 from experiments.report.tables import load_sweep
 from experiments.results.sinks import write_text
@@ -51,6 +52,10 @@ from schedulers import registry
 
 LOAD = "workload.load"
 GRID = np.linspace(0.0, 1.0, 201)
+# Panel titles of the settings scripts/reproduce_prefix_recovery.sh runs (others: their name).
+SETTING_TITLES = {"mooncake": "Mooncake, shared prefixes",
+                  "mooncake_noshare": "Mooncake, no shared prefixes",
+                  "azure_conv": "Azure conv (decode-heavy)"}
 # fewer readmissions than this behind a statistic: flagged (as victims are: realizations.py)
 FEW = 30
 NA = "n/a"
@@ -66,12 +71,12 @@ def _pct(x: float, digits: int = 1) -> str:
         f"{100.0 * x:.{digits}f}"
 
 
-def _ci(mean: float, lo: float, hi: float) -> str:
+def _ci(mean: float, lo: float, hi: float, digits: int = 1) -> str:
     if math.isnan(mean):
         return NA
     if math.isnan(lo) or math.isnan(hi):
-        return _pct(mean)
-    return f"{_pct(mean)} [{_pct(lo)}, {_pct(hi)}]"
+        return _pct(mean, digits)
+    return f"{_pct(mean, digits)} [{_pct(lo, digits)}, {_pct(hi, digits)}]"
 
 
 def _table(df: pd.DataFrame) -> str:
@@ -199,7 +204,7 @@ def recompute_markdown(df: pd.DataFrame) -> str:
                     strict=True)]
 
     def share(m: str) -> list[str]:
-        return [f"{_ci(a, b, c)} ({_pct(d, 2)}-{_pct(e, 2)})" for a, b, c, d, e in
+        return [f"{_ci(a, b, c, 2)} ({_pct(d, 2)}-{_pct(e, 2)})" for a, b, c, d, e in
                 zip(df[m], df[f"{m}_ci_lo"], df[f"{m}_ci_hi"], df[f"{m}_min"], df[f"{m}_max"],
                     strict=True)]
 
@@ -238,7 +243,7 @@ def settings_table(setting: str, sweep: Path) -> pd.DataFrame:
             "batch limits": limits,
             "KV pool (slots)": f"{first['kv_capacity_tokens']} ({first['kv_capacity_source']})",
             "context": f"{first['max_model_len']} ({first['max_model_len_source']})",
-            "requests per window": first["num_requests"],
+            "requests per window": ", ".join(str(w["num_requests"]) for w in windows),
             "prompts clipped per window": ", ".join(str(w.get("workload_clipped", 0))
                                                     for w in windows),
             "dropped by max_input_len per window": ", ".join(
@@ -246,6 +251,8 @@ def settings_table(setting: str, sweep: Path) -> pd.DataFrame:
             "outputs cut at the context per window": ", ".join(
                 str(w.get("input_changes", {}).get("outputs_cut_at_context", 0))
                 for w in windows),
+            "rejected as longer than the context per window": ", ".join(
+                str(w.get("rejected_too_long", 0)) for w in windows),
             "capacity (rate_scale)": f"{first['load_capacity']:.4g}",
             "loads (x capacity)": ", ".join(f"{x:g}" for x in sorted(
                 {float(j.summary["load"]) for j in mine})),
@@ -262,6 +269,31 @@ def settings_markdown(df: pd.DataFrame) -> str:
     t.insert(0, "", t.index)
     return _table(t) + "\nFrom each job's summary.json (the first job of each window for the " \
         "per-window counts).\n"
+
+
+def pooled_cdf_band(readm: pd.DataFrame, resamples: int = 2_000, seed: int = 0
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The CDF on `GRID` of the share recovered over the readmissions of `readm` pooled across
+    its windows (`workload.realization`), its pointwise 95 % band by the percentile bootstrap
+    over the windows (windows resampled with replacement, their readmissions pooled: the
+    readmissions of one window are not independent), and the number of windows. The band is
+    NaN with one window."""
+    shares = readm["recovered_share"].to_numpy(dtype=np.float64)
+    windows = readm[REALIZATION].to_numpy()
+    keys = sorted(set(windows.tolist()))
+    cdf = share_cdf(shares, GRID)
+    if len(keys) < 2:
+        nan = np.full(len(GRID), math.nan)
+        return cdf, nan, nan, len(keys)
+    counts = np.stack([np.searchsorted(np.sort(shares[windows == k]), GRID, side="right")
+                       for k in keys]).astype(np.float64)
+    sizes = np.array([(windows == k).sum() for k in keys], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(keys), size=(resamples, len(keys)))
+    weights = np.stack([np.bincount(row, minlength=len(keys)) for row in picks])
+    curves = (weights @ counts) / (weights @ sizes)[:, None]
+    lo, hi = np.quantile(curves, [0.025, 0.975], axis=0)
+    return cdf, lo, hi, len(keys)
 
 
 _LOAD_STYLES = ("-", "--", "-.", ":", (0, (1, 1)))
@@ -282,15 +314,13 @@ def _cdf_panel(ax: Any, readm: pd.DataFrame, setting: str, loads: Sequence[float
                         f"{'every load' if not shown else ', '.join(missing)}")
         for i, load_ in enumerate(shown):
             r = mine[mine[LOAD] == load_]
-            curves = np.stack([share_cdf(g["recovered_share"], GRID)
-                               for _, g in r.groupby(REALIZATION)])
-            mean, lo, hi = curve_band(curves)
+            mean, lo, hi, windows = pooled_cdf_band(r)
             color = shade(base, 0.35 + 0.65 * (i + 1) / len(shown))
             n = len(r)
             line, = ax.step(GRID * 100, mean, where="post", color=color,
                             ls=_LOAD_STYLES[i % len(_LOAD_STYLES)],
                             label=f"{_label(sched)} {load_:g}x (n={n}"
-                                  f"{'*' if n < FEW else ''}, {len(curves)} windows)")
+                                  f"{'*' if n < FEW else ''}, {windows} windows)")
             if not np.isnan(lo).all():
                 ax.fill_between(GRID * 100, lo, hi, step="post", color=color, alpha=0.08,
                                 lw=0)
@@ -299,7 +329,7 @@ def _cdf_panel(ax: Any, readm: pd.DataFrame, setting: str, loads: Sequence[float
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("share of its computed tokens found cached\nat readmission (%)")
     ax.set_ylabel("fraction of readmissions (CDF)")
-    ax.set_title(setting)
+    ax.set_title(SETTING_TITLES.get(setting, setting))
     if none:
         ax.annotate(wrapped("no readmission (n/a): " + "; ".join(none), 3.0), (0.0, -0.40),
                     xycoords="axes fraction", ha="left", va="top", fontsize=6, color="0.35")
@@ -315,11 +345,12 @@ def recovery_cdf(readm: pd.DataFrame, jobs: pd.DataFrame, path: Path) -> Path:
         fig, axes = plt.subplots(1, len(settings), figsize=(3.4 * len(settings), 3.8),
                                  squeeze=False, sharey=True)
         for ax, setting in zip(axes[0], settings, strict=True):
-            handles = _cdf_panel(ax, readm, setting, loads, scheds)
+            ran = set(jobs.loc[jobs["setting"] == setting, "scheduler"])
+            handles = _cdf_panel(ax, readm, setting, loads, [x for x in scheds if x in ran])
             ax.legend(handles=handles, loc="upper left", fontsize=6)
-        suptitle(fig, "Prefix recovery per readmission: CDF over readmissions (mean of the "
-                 "windows' CDFs, 95 % band; load in x each scheduler's capacity; n: "
-                 "readmissions, *: n < 30)")
+        suptitle(fig, "Prefix recovery per readmission: CDF over the readmissions pooled "
+                 "across windows (95 % band: bootstrap over windows; load in x each "
+                 "scheduler's capacity; n: readmissions, *: n < 30)")
         fig.tight_layout()
         return _save(fig, path)
 
@@ -333,7 +364,8 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, path: Path) -> Path:
                                  squeeze=False, sharex=True)
         for col, setting in enumerate(settings):
             top, bottom = axes[0][col], axes[1][col]
-            for k, sched in enumerate(scheds):
+            ran = set(rec.loc[rec["setting"] == setting, "scheduler"])
+            for k, sched in enumerate(x for x in scheds if x in ran):
                 color = scheduler_color(sched)
                 dx = (k - (len(scheds) - 1) / 2) * 0.05
                 r = rec[(rec["setting"] == setting) & (rec["scheduler"] == sched)]
@@ -359,8 +391,8 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, path: Path) -> Path:
                 ax.axvline(1.0, color="0.5", lw=0.7, ls="--")
             top.text(1.0, 1.0, " saturation", transform=top.get_xaxis_transform(),
                      fontsize=6, color="0.4", va="top")
-            top.set_title(setting)
-            missing = [_label(x) for x in scheds
+            top.set_title(SETTING_TITLES.get(setting, setting))
+            missing = [_label(x) for x in scheds if x in ran
                        if not ((rec["setting"] == setting) & (rec["scheduler"] == x)
                                & (rec["readmissions"] > 0)).any()]
             if missing:
@@ -375,7 +407,8 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, path: Path) -> Path:
                    for s in scheds]
         handles += [Line2D([], [], color="0.3", marker="o", label="mean per readmission, 95 % CI"),
                     Line2D([], [], color="0.3", marker="x", ls=":", label="token-weighted"),
-                    Line2D([], [], color="0.7", lw=3, label="min-max over windows")]
+                    Line2D([], [], color=shade(scheduler_color(scheds[0]), 0.3), lw=3,
+                           label="min-max over windows")]
         fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=6,
                    bbox_to_anchor=(0.5, -0.02))
         suptitle(fig, "Prefix recovery per readmission (top; a point only where the scheduler "

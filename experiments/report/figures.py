@@ -244,8 +244,8 @@ def _seconds_axis(ax: Any) -> None:
 # at 7 pt (about 0.25 in) and a gap; y, a line of 7 pt text (labels stack) and a gap.
 LOG_LABEL_IN = {"x": 0.4, "y": 0.2}
 # The tick sets a log axis may get, sparsest first (multiples of each power of ten).
-LOG_SUBS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0),
-            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0))
+LOG_SUBS: tuple[tuple[float, ...], ...] = (
+    (1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0), (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0))
 
 
 def log_subs(lo: float, hi: float, inches: float, label_in: float) -> tuple[float, ...]:

@@ -385,8 +385,13 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, path: Path) -> Path:
                 bottom.vlines(xc, c["recomputed_token_share_min"] * 100,
                               c["recomputed_token_share_max"] * 100, color=shade(color, 0.3),
                               lw=3)
+                zero = bool((mc == 0).all())  # drawn on top, unclipped, and said on the panel
                 bottom.errorbar(xc, mc, yerr=np.nan_to_num(np.abs(np.vstack([lo, hi]) - mc)),
-                                color=color, marker="o", capsize=2, lw=1)
+                                color=color, marker="o", capsize=2, lw=1, clip_on=not zero,
+                                zorder=3 if zero else 2)
+                if zero:
+                    bottom.text(0.02, 0.93 - 0.08 * k, f"{_label(sched)}: 0 at every load",
+                                transform=bottom.transAxes, fontsize=6, color="0.35")
             for ax in (top, bottom):
                 ax.axvline(1.0, color="0.5", lw=0.7, ls="--")
             top.text(1.0, 1.0, " saturation", transform=top.get_xaxis_transform(),

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from schedulers.contract import DecodeRun, DecodeRunStats
+from schedulers.contract import (
+    PLACEHOLDER_TOKEN_ID,
+    DecodeRun,
+    DecodeRunStats,
+    ScheduledChunk,
+    StepPlan,
+)
 from schedulers.sglang.schedule_batch import ScheduleBatch
 
 if TYPE_CHECKING:
@@ -246,17 +252,92 @@ class SglangDecodeRuns:
             return None
         return self._bounded_run(limit, 1)
 
-    def commit_pipelined_calls(self, tokens: list[list[int]]) -> tuple[list[int], list[int]]:
-        """Calls `0 .. k - 2` of a run of `k = len(tokens[0])` overlap-loop calls
-        (`next_pipelined_run`) at once: call `j` plans the run's step `j` (its allocation and
-        ratio decay) and then commits the batch before it (for `j = 0`, the one in flight),
-        which samples `tokens[i][j]` and finishes nothing. Returns the used and the cached
-        slots after each of those calls; the caller does the result queue and call `k - 1`
-        (`OverlapSglangScheduler.commit_pipelined_decode_run`)."""
+    def next_pipelined_run_after_extend(self, limit: int, extend: ScheduleBatch
+                                        ) -> DecodeRun | None:
+        """The overlap loop's steady calls ahead while `extend`, the last extend batch, is in
+        flight (the caller has checked that its requests are live and sample no stop token).
+        Call 0 would merge its requests into the running batch and, skipping prefill,
+        decode them all (done now: `_merge_last_extend`, as in the synchronous loop), then
+        commit `extend` (process_batch_result_prefill: their first tokens, the radix
+        insertion of their prompts). The bound is `next_pipelined_run`'s: call `j` sees `j`
+        outputs of the extend batch's requests and at most `len(output_ids) + j` of the
+        others; the radix insertion only adds free or evictable slots (a duplicate it frees
+        was in a node that it locks, or that was locked already), so the memory bound made
+        before it holds."""
+        s = self.scheduler
+        lb = s.last_batch
+        if limit <= 0 or lb is None or lb.forward_mode != "extend" or len(lb.reqs) != len(
+                extend.reqs):
+            return None
+        for a, r in zip(lb.reqs, extend.reqs):
+            if a is not r or r.inflight_middle_chunks:
+                return None
+        if not self._merge_last_extend():
+            return None
+        return self._bounded_run(limit, 1)
+
+    def allocate_pipelined_step(self) -> None:
+        """Call 0 of a run that starts with an extend batch in flight: the plan of step 0,
+        the merged running batch's decode (update_running_batch: the memory check, the ratio
+        decay, prepare_for_decode)."""
+        s = self.scheduler
+        self._allocate(1)
+        s.running_batch.forward_mode = "decode"
+        s.step_count += 1
+
+    def commit_pipelined_calls(self, tokens: list[list[int]], first: int
+                               ) -> tuple[StepPlan, DecodeRunStats]:
+        """Calls `first .. k - 1` of a run of `k = len(tokens[0])` overlap-loop calls
+        (`next_pipelined_run`) at once: call `j` plans the run's step `j` (its allocation
+        and ratio decay) and then commits the batch before it (for `j = 0`, the one in
+        flight), which samples `tokens[i][j]`. Only the last call's commit may finish
+        requests (a stop token; the run's bound keeps the length caps away). The last call's
+        plan is the one `schedule()` would make there: prefill skipped, no request finishing
+        in flight (`_reqs_finishing_inflight`), the decode fits, so it decodes the running
+        batch, every input token a placeholder (each request is in the batch in flight).
+        Returns that plan and the stats of those calls (the last one after its finishes);
+        the caller does the result queue."""
         s = self.scheduler
         k = len(tokens[0])
-        used, cached = self._allocate(k - 1)
-        for r, toks in zip(s.running_batch.reqs, tokens):
-            r.output_ids.extend(toks[:-1])
-        s.step_count += k - 1
-        return used, cached
+        rb = s.running_batch
+        reqs = rb.reqs
+        used, cached = self._allocate(k - first)
+        for r, toks in zip(reqs, tokens):
+            r.output_ids.extend(toks[first:])
+        # mirrors Scheduler.schedule for the last call (get_next_batch_to_run:
+        # get_new_batch_prefill returns None at once, update_running_batch decodes)
+        s.plan_preempted = []
+        s.plan_aborted = []
+        s._stall_candidate = None
+        rb.forward_mode = "decode"
+        s.last_batch = rb
+        s._cur_batch = None
+        self.steady = True
+        plan = StepPlan(step=s.step_count + k - first - 1, page_size=s.page_size,
+                        preempted=s.plan_preempted, aborted=s.plan_aborted)
+        s.step_count += k - first
+        plan.forward_mode = "decode"
+        rows = s.req_to_token_pool.req_to_token
+        chunks = plan.chunks
+        for r in reqs:
+            chunks.append(ScheduledChunk(
+                r.rid, [PLACEHOLDER_TOKEN_ID], r.kv_committed_len - 1,
+                rows[r.req_pool_idx], True))  # type: ignore[index]
+        num_running = s.req_to_token_pool.num_used_rows()
+        # Then the last call commits the batch before it (process_batch_result_decode):
+        # a stop token may finish requests there.
+        finished: list[tuple[str, str]] = []
+        allocator = s.allocator
+        allocator.free_group_begin()
+        try:
+            for r in reqs:
+                s.finish_if_done(r, finished)
+        finally:
+            allocator.free_group_end()
+        if finished:
+            self.steady = False
+            evictable = s.tree_cache.evictable_size()
+            used[-1] = s.config.kv_capacity_tokens - allocator.available_size() - evictable
+            cached[-1] = evictable
+        return plan, DecodeRunStats(used, cached, num_running, len(s.waiting_queue), finished,
+                                    s.req_to_token_pool.num_used_rows())

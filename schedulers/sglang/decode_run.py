@@ -134,6 +134,11 @@ class SglangDecodeRuns:
         for r in lb.reqs:  # filter_batch keeps them all
             if r.finished_reason is not None or r.to_finish is not None:
                 return False
+        if not rb.is_empty() and rb.forward_mode != "decode":
+            # an earlier extend batch that became the running batch and has not decoded
+            # yet: merged into, it would be the last batch, and the next step would filter
+            # it as an extend batch (its finished requests, its chunked request)
+            return False
         merged = lb if rb.is_empty() else rb
         running_bs = len(lb.reqs) + (0 if merged is lb else len(rb.reqs))
         full = merged.batch_is_full

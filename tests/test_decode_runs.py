@@ -282,10 +282,10 @@ def test_overlap_runs_start_with_the_extend_batch_in_flight() -> None:
     """SGLang's overlap loop: the call after an extend batch is launched merges its requests
     into the running batch and decodes them all, so a run starts there (as the synchronous
     loop's run starts right after the extend step), with the records of the calls one by
-    one; requests that reach their length cap end such runs (caps 2 to 5: the shortest
-    run the bound allows, and the run's last call)."""
+    one; requests that reach their length cap end such runs, their last call's plan leaving
+    them out (caps 1 to 5: no run, the shortest run, the run's last call)."""
     for page in (1, 4, 16):
-        for cap in (2, 3, 5, 40):
+        for cap in (1, 2, 3, 5, 40):
             spec: Spec = [(0.0, 30, 200, 200, True, 0, 0), (0.0, 20, 200, 200, True, 0, 1)]
             spec += [(0.02 + 0.03 * i, 10 + 9 * i, cap, cap, True, 0, i % 3)
                      for i in range(5)]
@@ -293,10 +293,10 @@ def test_overlap_runs_start_with_the_extend_batch_in_flight() -> None:
                                      decode_runs=False)
             reqs_b, steps_b, seen = run_spied("sglang_overlap", 2048, page, 0, spec)
             assert same(reqs_a, reqs_b) and same(steps_a, steps_b), (page, cap)
-            # a run is at least two calls; a request of cap 2 allows one (its second
-            # output is committed by call 1, which may not finish it by length)
+            # a run is at least two calls; a request of cap 1 finishes at the commit of
+            # the extend batch (call 0), so it allows none
             after_extend = [s for s in seen if s[0] == "extend" and s[2] >= 2]
-            assert (len(after_extend) >= 4) == (cap > 2), (page, cap, seen)
+            assert (len(after_extend) >= 4) == (cap > 1), (page, cap, seen)
 
 
 def test_batch_queue_runs_start_with_a_preempting_plan_in_flight() -> None:
@@ -341,3 +341,29 @@ def test_pipelined_runs_around_prefills_and_short_caps(kind: str, capacity: int,
     reqs_b, steps_b, _ = run(kind, capacity, page, "fcfs", knob, spec, decode_runs=True)
     assert same(reqs_a, reqs_b)
     assert same(steps_a, steps_b)
+
+
+def test_overlap_runs_end_with_the_plan_that_leaves_length_finishes_out() -> None:
+    """SGLang's overlap loop: the call whose plan leaves out the requests that the batch in
+    flight finishes by length (`_reqs_finishing_inflight`) is a run's last call, not a call
+    of its own after the run: a run's last plan has fewer requests than the run, and the
+    records are those of the calls one by one."""
+    for page in (1, 16):
+        spec: Spec = [(0.0, 30, 300, 300, True, 0, 0)]
+        spec += [(0.0, 20 + 9 * i, 30 + 17 * i, 300, True, 0, i % 3) for i in range(4)]
+        reqs_a, steps_a, _ = run("sglang_overlap", 2048, page, "fcfs", 0, spec,
+                                 decode_runs=False)
+        sched = build("sglang_overlap", 2048, page, "fcfs", 0)
+        shrunk: list[int] = []
+        commit = sched.commit_pipelined_decode_run
+
+        def spy(run: Any, tokens: list[list[int]]) -> Any:
+            plan, stats = commit(run, tokens)
+            shrunk.append(len(run.request_ids) - len(plan.chunks))
+            return plan, stats
+
+        sched.commit_pipelined_decode_run = spy
+        result = Engine(sched, SimExecutor(TINY, HW, step_overhead_s=0.001),
+                        make_requests(spec), decode_runs=True).run()
+        assert same(reqs_a, result.requests) and same(steps_a, result.steps), page
+        assert sum(n > 0 for n in shrunk) == 4, (page, shrunk)  # each capped request once

@@ -85,9 +85,12 @@ class SglangDecodeRuns:
             return None
         return self._bounded_run(limit, 0)
 
-    def _bounded_run(self, limit: int, margin: int) -> DecodeRun | None:
+    def _bounded_run(self, limit: int, margin: int, pipelined: bool = False
+                     ) -> DecodeRun | None:
         """The running batch's next decode steps, at most `limit`, bounded by its length caps
-        (`margin` steps before any request reaches `max_new_tokens`) and by memory."""
+        (`margin` steps before any request reaches `max_new_tokens`) and by memory;
+        `pipelined`: the overlap loop's calls, whose last plan leaves out the requests that
+        its commit finishes by length, so not all of them."""
         s = self.scheduler
         reqs = s.running_batch.reqs
         k = limit
@@ -96,6 +99,9 @@ class SglangDecodeRuns:
                 return None
             # a length finish ends the run
             k = min(k, r.max_new_tokens - len(r.output_ids) - margin)
+        if pipelined and k > 0 and all(
+                r.max_new_tokens - len(r.output_ids) == k for r in reqs):
+            k -= 1  # the last call's plan would leave every request out: an idle plan
         if k <= 0:
             return None
         room = s.allocator.available_size() + s.tree_cache.evictable_size()
@@ -244,18 +250,20 @@ class SglangDecodeRuns:
         the caller, `OverlapSglangScheduler.pipelined_decode_run`, has checked that the one
         batch in flight decodes the running batch and finishes nothing). Call `j` of a run
         plans the run's step `j` with output counts lagging one step (the plan in flight not
-        yet committed): it sees `len(output_ids) + j` outputs, so no plan leaves a request out
-        (`_reqs_finishing_inflight`) and no commit finishes one by length while `j + 1 <
-        max_new_tokens - len(output_ids)`; and the plans allocate as the synchronous steps do,
-        so the same memory bound keeps `retract_decode` away. A stop token may still finish
-        requests at the last call's commit."""
+        yet committed): it sees `len(output_ids) + j` outputs, so no plan but the last leaves
+        a request out (`_reqs_finishing_inflight`) and no commit but the last finishes one by
+        length while `k <= max_new_tokens - len(output_ids)`: the last call's plan leaves out
+        the requests its commit finishes by length (not all of them: that plan would be idle),
+        as upstream's does; and the plans allocate at most what the synchronous steps
+        allocate, so the same memory bound keeps `retract_decode` (and the skip-decode branch)
+        away. A stop token may also finish requests at the last call's commit."""
         s = self.scheduler
         rb = s.running_batch
         if (limit <= 0 or s.chunked_req is not None or s.last_batch is not rb
                 or rb.forward_mode != "decode" or s.enable_priority_preemption
                 or s.host_pool is not None or not (rb.batch_is_full or not s.waiting_queue)):
             return None
-        return self._bounded_run(limit, 1)
+        return self._bounded_run(limit, 0, pipelined=True)
 
     def next_pipelined_run_after_extend(self, limit: int, extend: ScheduleBatch
                                         ) -> DecodeRun | None:
@@ -279,7 +287,7 @@ class SglangDecodeRuns:
                 return None
         if not self._merge_last_extend():
             return None
-        return self._bounded_run(limit, 1)
+        return self._bounded_run(limit, 0, pipelined=True)
 
     def allocate_pipelined_step(self) -> None:
         """Call 0 of a run that starts with an extend batch in flight: the plan of step 0,
@@ -296,21 +304,34 @@ class SglangDecodeRuns:
         (`next_pipelined_run`) at once: call `j` plans the run's step `j` (its allocation
         and ratio decay) and then commits the batch before it (for `j = 0`, the one in
         flight), which samples `tokens[i][j]`. Only the last call's commit may finish
-        requests (a stop token; the run's bound keeps the length caps away). The last call's
-        plan is the one `schedule()` would make there: prefill skipped, no request finishing
-        in flight (`_reqs_finishing_inflight`), the decode fits, so it decodes the running
-        batch, every input token a placeholder (each request is in the batch in flight).
+        requests (a stop token or a length cap). The last call's plan is the one `schedule()`
+        would make there: prefill skipped, the requests finishing in flight by length left
+        out (`_reqs_finishing_inflight`), the decode fits, so it decodes the rest of the
+        running batch, every input token a placeholder (each request is in the batch in
+        flight).
         Returns that plan and the stats of those calls (the last one after its finishes);
         the caller does the result queue."""
         s = self.scheduler
         k = len(tokens[0])
         rb = s.running_batch
         reqs = rb.reqs
-        used, cached = self._allocate(k - first)
+        used: list[int] = []
+        cached: list[int] = []
+        if k - first > 1:
+            used, cached = self._allocate(k - first - 1)
         for r, toks in zip(reqs, tokens):
-            r.output_ids.extend(toks[first:])
+            r.output_ids.extend(toks[first:-1])
         # mirrors Scheduler.schedule for the last call (get_next_batch_to_run:
-        # get_new_batch_prefill returns None at once, update_running_batch decodes)
+        # get_new_batch_prefill returns None at once; update_running_batch leaves out the
+        # requests the batch in flight finishes by length (_reqs_finishing_inflight), which
+        # clears batch_is_full, and decodes the rest: the run's bound keeps the memory check)
+        finishing = [r for r in reqs if len(r.output_ids) + 1 >= r.max_new_tokens]
+        if finishing:
+            rb.filter_batch(reqs_to_exclude=finishing)
+            rb.batch_is_full = False
+        last_used, last_cached = self._allocate(1)
+        used += last_used
+        cached += last_cached
         s.plan_preempted = []
         s.plan_aborted = []
         s._stall_candidate = None
@@ -324,18 +345,19 @@ class SglangDecodeRuns:
         plan.forward_mode = "decode"
         rows = s.req_to_token_pool.req_to_token
         chunks = plan.chunks
-        for r in reqs:
+        for r in rb.reqs:
             chunks.append(ScheduledChunk(
                 r.rid, [PLACEHOLDER_TOKEN_ID], r.kv_committed_len - 1,
                 rows[r.req_pool_idx], True))  # type: ignore[index]
         num_running = s.req_to_token_pool.num_used_rows()
         # Then the last call commits the batch before it (process_batch_result_decode):
-        # a stop token may finish requests there.
+        # a stop token or a length cap may finish requests there.
         finished: list[tuple[str, str]] = []
         allocator = s.allocator
         allocator.free_group_begin()
         try:
-            for r in reqs:
+            for r, toks in zip(reqs, tokens):
+                r.output_ids.append(toks[-1])
                 s.finish_if_done(r, finished)
         finally:
             allocator.free_group_end()

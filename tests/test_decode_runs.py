@@ -343,6 +343,21 @@ def test_pipelined_runs_around_prefills_and_short_caps(kind: str, capacity: int,
     assert same(steps_a, steps_b)
 
 
+def spy_last_plans(sched: Any) -> list[int]:
+    """Record, for each pipelined run the scheduler commits, how many of the run's requests
+    its last call's plan leaves out."""
+    shrunk: list[int] = []
+    commit = sched.commit_pipelined_decode_run
+
+    def spy(run: Any, tokens: list[list[int]]) -> Any:
+        plan, stats = commit(run, tokens)
+        shrunk.append(len(run.request_ids) - len(plan.chunks))
+        return plan, stats
+
+    sched.commit_pipelined_decode_run = spy
+    return shrunk
+
+
 def test_overlap_runs_end_with_the_plan_that_leaves_length_finishes_out() -> None:
     """SGLang's overlap loop: the call whose plan leaves out the requests that the batch in
     flight finishes by length (`_reqs_finishing_inflight`) is a run's last call, not a call
@@ -354,15 +369,7 @@ def test_overlap_runs_end_with_the_plan_that_leaves_length_finishes_out() -> Non
         reqs_a, steps_a, _ = run("sglang_overlap", 2048, page, "fcfs", 0, spec,
                                  decode_runs=False)
         sched = build("sglang_overlap", 2048, page, "fcfs", 0)
-        shrunk: list[int] = []
-        commit = sched.commit_pipelined_decode_run
-
-        def spy(run: Any, tokens: list[list[int]]) -> Any:
-            plan, stats = commit(run, tokens)
-            shrunk.append(len(run.request_ids) - len(plan.chunks))
-            return plan, stats
-
-        sched.commit_pipelined_decode_run = spy
+        shrunk = spy_last_plans(sched)
         result = Engine(sched, SimExecutor(TINY, HW, step_overhead_s=0.001),
                         make_requests(spec), decode_runs=True).run()
         assert same(reqs_a, result.requests) and same(steps_a, result.steps), page

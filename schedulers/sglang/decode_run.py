@@ -83,12 +83,11 @@ class SglangDecodeRuns:
                 or s.enable_priority_preemption
                 or not (rb.batch_is_full or not s.waiting_queue)):
             return None
-        return self._bounded_run(limit, 0)
+        return self._bounded_run(limit)
 
-    def _bounded_run(self, limit: int, margin: int, pipelined: bool = False
-                     ) -> DecodeRun | None:
+    def _bounded_run(self, limit: int, pipelined: bool = False) -> DecodeRun | None:
         """The running batch's next decode steps, at most `limit`, bounded by its length caps
-        (`margin` steps before any request reaches `max_new_tokens`) and by memory;
+        (the step that reaches a request's `max_new_tokens` ends the run) and by memory;
         `pipelined`: the overlap loop's calls, whose last plan leaves out the requests that
         its commit finishes by length, so not all of them."""
         s = self.scheduler
@@ -98,7 +97,7 @@ class SglangDecodeRuns:
             if r.finished_reason is not None or r.to_finish is not None:
                 return None
             # a length finish ends the run
-            k = min(k, r.max_new_tokens - len(r.output_ids) - margin)
+            k = min(k, r.max_new_tokens - len(r.output_ids))
         if pipelined and k > 0 and all(
                 r.max_new_tokens - len(r.output_ids) == k for r in reqs):
             k -= 1  # the last call's plan would leave every request out: an idle plan
@@ -263,7 +262,7 @@ class SglangDecodeRuns:
                 or rb.forward_mode != "decode" or s.enable_priority_preemption
                 or s.host_pool is not None or not (rb.batch_is_full or not s.waiting_queue)):
             return None
-        return self._bounded_run(limit, 0, pipelined=True)
+        return self._bounded_run(limit, pipelined=True)
 
     def next_pipelined_run_after_extend(self, limit: int, extend: ScheduleBatch
                                         ) -> DecodeRun | None:
@@ -287,7 +286,7 @@ class SglangDecodeRuns:
                 return None
         if not self._merge_last_extend():
             return None
-        return self._bounded_run(limit, 0, pipelined=True)
+        return self._bounded_run(limit, pipelined=True)
 
     def allocate_pipelined_step(self) -> None:
         """Call 0 of a run that starts with an extend batch in flight: the plan of step 0,

@@ -51,6 +51,7 @@ from engines.executors.base import DecodeRunExecutor, ReleasingExecutor
 from engines.livelock import format_ids
 from engines.records import Launched
 from schedulers.contract import (
+    NOT_SAMPLED_TOKEN_ID,
     PLACEHOLDER_TOKEN_ID,
     DecodeRun,
     DecodeRunStats,
@@ -252,7 +253,9 @@ class BatchQueueLoop:
             del starts[last:], ends[last:]
         virtual = executor.decode_run_tokens(run, last)
         sampled = first.result.sampled_token_ids
-        tokens = [[sampled[rid], *toks]
+        # a request the plan in flight does not schedule (SGLang: beside an extend batch)
+        # gets no token from call 0's commit
+        tokens = [[sampled.get(rid, NOT_SAMPLED_TOKEN_ID), *toks]
                   for rid, toks in zip(run.request_ids, virtual)]
         plan, stats = sched.commit_pipelined_decode_run(run, tokens)
         # The arrivals change no decision of the run, and the run nothing they see: admitted
@@ -262,7 +265,8 @@ class BatchQueueLoop:
         rec = eng.recorder
         # Call 0 commits the plan in flight (its first tokens may leave the front door).
         capacity = eng.scheduler.stats().kv_capacity_tokens
-        events = StepEvents({rid: [sampled[rid]] for rid in run.request_ids}, [])
+        events = StepEvents({rid: [sampled[rid]] for rid in run.request_ids if rid in sampled},
+                            [])
         rec.on_commit(first.plan, first.result, events, first.launched, first.start,
                       first.end, SchedulerStats(
                           num_running=stats.num_running, num_waiting=waiting[0],

@@ -16,6 +16,10 @@ DEFAULT_EOS_TOKEN_ID = 2
 # engine puts that step's sampled token in its place before executing the chunk, as the
 # upstream model runners read the previous step's sampled token on the device.
 PLACEHOLDER_TOKEN_ID = -1
+# In a pipelined decode run's tokens (`PipelinedDecodeRunScheduler`), the first token of a
+# request that the plan in flight when the run starts does not schedule (SGLang: a running
+# request beside the extend batch in flight); it gets its first token from call 1's commit.
+NOT_SAMPLED_TOKEN_ID = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,8 +299,9 @@ class PipelinedDecodeRunScheduler(Protocol):
     commits runs of steady loop calls at once (DESIGN.md, "Decode runs"). In call `j` of a
     run the loop makes the plan of the run's step `j` (one token for every request of the
     run) and commits the plan before it; call 0 commits the plan in flight when the run
-    starts. Only the last call's commit may finish requests (its plan skips those it finishes
-    by a length cap, as the scheduler would)."""
+    starts (which may schedule only some of the run's requests: SGLang's extend batch, whose
+    requests join the running batch in step 0). Only the last call's commit may finish
+    requests (its plan skips those it finishes by a length cap, as the scheduler would)."""
 
     def pipelined_decode_run(self, limit: int, in_flight: StepPlan, result: StepResult
                              ) -> DecodeRun | None:
@@ -307,7 +312,8 @@ class PipelinedDecodeRunScheduler(Protocol):
     def commit_pipelined_decode_run(self, run: DecodeRun, tokens: list[list[int]]
                                     ) -> tuple[StepPlan, DecodeRunStats]:
         """Commit `k = len(tokens[0])` calls of `run`: `tokens[i][j]` is the token that
-        request `i` samples in the plan call `j` commits (`tokens[i][0]`: the plan in flight).
+        request `i` samples in the plan call `j` commits (`tokens[i][0]`: the plan in flight,
+        `NOT_SAMPLED_TOKEN_ID` for a request it does not schedule).
         Returns the plan of the last call (step `k - 1`, its placeholders unfilled, to launch:
         it is then the one plan in flight) and the `k` commits' stats (`finished`: the last
         commit's)."""

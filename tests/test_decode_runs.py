@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -251,3 +252,136 @@ def test_pipelined_runs_stop_at_max_steps_where_the_calls_one_by_one_do() -> Non
             except StepLimitError as e:
                 messages.append(f"{e} after {engine.recorder.num_steps} steps")
         assert messages[0] and messages[0] == messages[1], max_steps
+
+
+def set_spy(sched: Any, method: str, spy: Any) -> None:
+    """Replace `sched`'s `method` by `spy`; the compiled core's classes take no instance
+    attributes, so these tests run on the Python sources only (the records are compared
+    under both cores by the property tests)."""
+    try:
+        setattr(sched, method, spy)
+    except AttributeError:
+        pytest.skip("spies need the Python sources (SCHEDBENCH_CORE=compiled)")
+
+
+def spy_runs(sched: Any) -> list[tuple[str, bool, int]]:
+    """Record each pipelined run the scheduler predicts: (the plan in flight's forward mode,
+    whether it preempted or retracted, the run's max_steps)."""
+    seen: list[tuple[str, bool, int]] = []
+    predict = sched.pipelined_decode_run
+
+    def spy(limit: int, in_flight: Any, result: Any) -> Any:
+        found = predict(limit, in_flight, result)
+        if found is not None:
+            seen.append((in_flight.forward_mode, bool(in_flight.preempted), found.max_steps))
+        return found
+
+    set_spy(sched, "pipelined_decode_run", spy)
+    return seen
+
+
+def run_spied(kind: str, capacity: int, page: int, knob: int, spec: Spec
+              ) -> tuple[pa.Table, pa.Table, list[tuple[str, bool, int]]]:
+    sched = build(kind, capacity, page, "fcfs", knob)
+    seen = spy_runs(sched)
+    result = Engine(sched, SimExecutor(TINY, HW, step_overhead_s=0.001), make_requests(spec),
+                    decode_runs=True).run()
+    return result.requests, result.steps, seen
+
+
+def test_overlap_runs_start_with_the_extend_batch_in_flight() -> None:
+    """SGLang's overlap loop: the call after an extend batch is launched merges its requests
+    into the running batch and decodes them all, so a run starts there (as the synchronous
+    loop's run starts right after the extend step), with the records of the calls one by
+    one; requests that reach their length cap end such runs, their last call's plan leaving
+    them out (caps 1 to 5: no run, the shortest run, the run's last call)."""
+    for page in (1, 4, 16):
+        for cap in (1, 2, 3, 5, 40):
+            spec: Spec = [(0.0, 30, 200, 200, True, 0, 0), (0.0, 20, 200, 200, True, 0, 1)]
+            spec += [(0.02 + 0.03 * i, 10 + 9 * i, cap, cap, True, 0, i % 3)
+                     for i in range(5)]
+            reqs_a, steps_a, _ = run("sglang_overlap", 2048, page, "fcfs", 0, spec,
+                                     decode_runs=False)
+            reqs_b, steps_b, seen = run_spied("sglang_overlap", 2048, page, 0, spec)
+            assert same(reqs_a, reqs_b) and same(steps_a, steps_b), (page, cap)
+            # a run is at least two calls; a request of cap 1 finishes at the commit of
+            # the extend batch (call 0), so it allows none
+            after_extend = [s for s in seen if s[0] == "extend" and s[2] >= 2]
+            assert (len(after_extend) >= 4) == (cap > 1), (page, cap, seen)
+
+
+def test_batch_queue_runs_start_with_a_preempting_plan_in_flight() -> None:
+    """vLLM's batch queue: a plan that preempted is in flight at the next call; its
+    victims have left the running set, so a run may start there when the next plan's
+    admission stops (`_admission_blocked`), with the records of the calls one by one."""
+    spec: Spec = [(0.0, 40, 120, 120, True, 0, i) for i in range(8)]
+    found = 0
+    for page in (4, 8, 16):
+        for capacity in (256, 384, 512):
+            reqs_a, steps_a, _ = run("vllm_async", capacity, page, "fcfs", 0, spec,
+                                     decode_runs=False)
+            reqs_b, steps_b, seen = run_spied("vllm_async", capacity, page, 0, spec)
+            assert same(reqs_a, reqs_b) and same(steps_a, steps_b), (page, capacity)
+            found += sum(preempted for _, preempted, _ in seen)
+    assert found > 0
+
+
+staggered = st.tuples(
+    st.lists(st.tuples(st.integers(1, 120), st.integers(20, 150), st.integers(1, 150),
+                       st.booleans()), min_size=1, max_size=4),
+    st.lists(st.tuples(st.floats(0.001, 0.5, allow_nan=False).map(lambda x: round(x, 3)),
+                       st.integers(1, 120), st.integers(1, 8), st.integers(1, 8),
+                       st.booleans(), st.integers(0, 2)), min_size=1, max_size=10),
+).map(lambda t: [(0.0, p, c, e, ig, 0, i % 3) for i, (p, c, e, ig) in enumerate(t[0])]
+      + sorted((a, p, c, e, ig, 0, g) for a, p, c, e, ig, g in t[1]))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["vllm_async", "sglang_overlap"]),
+       capacity=st.sampled_from([192, 512, 2048]), page=st.sampled_from([1, 4, 16]),
+       knob=st.integers(0, 11), spec=staggered)
+def test_pipelined_runs_around_prefills_and_short_caps(kind: str, capacity: int, page: int,
+                                                       knob: int, spec: Spec) -> None:
+    """Long decodes joined by short requests arriving one by one (caps 1 to 8, stop tokens
+    or not): runs that start with a prefill in flight (SGLang's extend batch, vLLM's
+    sampling prefill chunk) or a preempting plan, and runs that end at a length cap or a
+    stop token, give the records of the calls one by one."""
+    if kind == "vllm_async" and page == 1:
+        page = 8
+    reqs_a, steps_a, _ = run(kind, capacity, page, "fcfs", knob, spec, decode_runs=False)
+    reqs_b, steps_b, _ = run(kind, capacity, page, "fcfs", knob, spec, decode_runs=True)
+    assert same(reqs_a, reqs_b)
+    assert same(steps_a, steps_b)
+
+
+def spy_last_plans(sched: Any) -> list[int]:
+    """Record, for each pipelined run the scheduler commits, how many of the run's requests
+    its last call's plan leaves out."""
+    shrunk: list[int] = []
+    commit = sched.commit_pipelined_decode_run
+
+    def spy(run: Any, tokens: list[list[int]]) -> Any:
+        plan, stats = commit(run, tokens)
+        shrunk.append(len(run.request_ids) - len(plan.chunks))
+        return plan, stats
+
+    set_spy(sched, "commit_pipelined_decode_run", spy)
+    return shrunk
+
+
+def test_overlap_runs_end_with_the_plan_that_leaves_length_finishes_out() -> None:
+    """SGLang's overlap loop: the call whose plan leaves out the requests that the batch in
+    flight finishes by length (`_reqs_finishing_inflight`) is a run's last call, not a call
+    of its own after the run: a run's last plan has fewer requests than the run, and the
+    records are those of the calls one by one."""
+    for page in (1, 16):
+        spec: Spec = [(0.0, 30, 300, 300, True, 0, 0)]
+        spec += [(0.0, 20 + 9 * i, 30 + 17 * i, 300, True, 0, i % 3) for i in range(4)]
+        reqs_a, steps_a, _ = run("sglang_overlap", 2048, page, "fcfs", 0, spec,
+                                 decode_runs=False)
+        sched = build("sglang_overlap", 2048, page, "fcfs", 0)
+        shrunk = spy_last_plans(sched)
+        result = Engine(sched, SimExecutor(TINY, HW, step_overhead_s=0.001),
+                        make_requests(spec), decode_runs=True).run()
+        assert same(reqs_a, result.requests) and same(steps_a, result.steps), page
+        assert sum(n > 0 for n in shrunk) == 4, (page, shrunk)  # each capped request once

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from schedulers.contract import DecodeRun, DecodeRunStats
+from schedulers.contract import (
+    PLACEHOLDER_TOKEN_ID,
+    DecodeRun,
+    DecodeRunStats,
+    ScheduledChunk,
+    StepPlan,
+)
 from schedulers.sglang.schedule_batch import ScheduleBatch
 
 if TYPE_CHECKING:
@@ -77,11 +83,13 @@ class SglangDecodeRuns:
                 or s.enable_priority_preemption
                 or not (rb.batch_is_full or not s.waiting_queue)):
             return None
-        return self._bounded_run(limit, 0)
+        return self._bounded_run(limit)
 
-    def _bounded_run(self, limit: int, margin: int) -> DecodeRun | None:
+    def _bounded_run(self, limit: int, pipelined: bool = False) -> DecodeRun | None:
         """The running batch's next decode steps, at most `limit`, bounded by its length caps
-        (`margin` steps before any request reaches `max_new_tokens`) and by memory."""
+        (the step that reaches a request's `max_new_tokens` ends the run) and by memory;
+        `pipelined`: the overlap loop's calls, whose last plan leaves out the requests that
+        its commit finishes by length, so not all of them."""
         s = self.scheduler
         reqs = s.running_batch.reqs
         k = limit
@@ -89,7 +97,10 @@ class SglangDecodeRuns:
             if r.finished_reason is not None or r.to_finish is not None:
                 return None
             # a length finish ends the run
-            k = min(k, r.max_new_tokens - len(r.output_ids) - margin)
+            k = min(k, r.max_new_tokens - len(r.output_ids))
+        if pipelined and k > 0 and all(
+                r.max_new_tokens - len(r.output_ids) == k for r in reqs):
+            k -= 1  # the last call's plan would leave every request out: an idle plan
         if k <= 0:
             return None
         room = s.allocator.available_size() + s.tree_cache.evictable_size()
@@ -128,6 +139,11 @@ class SglangDecodeRuns:
         for r in lb.reqs:  # filter_batch keeps them all
             if r.finished_reason is not None or r.to_finish is not None:
                 return False
+        if not rb.is_empty() and rb.forward_mode != "decode":
+            # an earlier extend batch that became the running batch and has not decoded
+            # yet: merged into, it would be the last batch, and the next step would filter
+            # it as an extend batch (its finished requests, its chunked request)
+            return False
         merged = lb if rb.is_empty() else rb
         running_bs = len(lb.reqs) + (0 if merged is lb else len(rb.reqs))
         full = merged.batch_is_full
@@ -233,30 +249,121 @@ class SglangDecodeRuns:
         the caller, `OverlapSglangScheduler.pipelined_decode_run`, has checked that the one
         batch in flight decodes the running batch and finishes nothing). Call `j` of a run
         plans the run's step `j` with output counts lagging one step (the plan in flight not
-        yet committed): it sees `len(output_ids) + j` outputs, so no plan leaves a request out
-        (`_reqs_finishing_inflight`) and no commit finishes one by length while `j + 1 <
-        max_new_tokens - len(output_ids)`; and the plans allocate as the synchronous steps do,
-        so the same memory bound keeps `retract_decode` away. A stop token may still finish
-        requests at the last call's commit."""
+        yet committed): it sees `len(output_ids) + j` outputs, so no plan but the last leaves
+        a request out (`_reqs_finishing_inflight`) and no commit but the last finishes one by
+        length while `k <= max_new_tokens - len(output_ids)`: the last call's plan leaves out
+        the requests its commit finishes by length (not all of them: that plan would be idle),
+        as upstream's does; and the plans allocate at most what the synchronous steps
+        allocate, so the same memory bound keeps `retract_decode` (and the skip-decode branch)
+        away. A stop token may also finish requests at the last call's commit."""
         s = self.scheduler
         rb = s.running_batch
         if (limit <= 0 or s.chunked_req is not None or s.last_batch is not rb
                 or rb.forward_mode != "decode" or s.enable_priority_preemption
                 or s.host_pool is not None or not (rb.batch_is_full or not s.waiting_queue)):
             return None
-        return self._bounded_run(limit, 1)
+        return self._bounded_run(limit, pipelined=True)
 
-    def commit_pipelined_calls(self, tokens: list[list[int]]) -> tuple[list[int], list[int]]:
-        """Calls `0 .. k - 2` of a run of `k = len(tokens[0])` overlap-loop calls
-        (`next_pipelined_run`) at once: call `j` plans the run's step `j` (its allocation and
-        ratio decay) and then commits the batch before it (for `j = 0`, the one in flight),
-        which samples `tokens[i][j]` and finishes nothing. Returns the used and the cached
-        slots after each of those calls; the caller does the result queue and call `k - 1`
-        (`OverlapSglangScheduler.commit_pipelined_decode_run`)."""
+    def next_pipelined_run_after_extend(self, limit: int, extend: ScheduleBatch
+                                        ) -> DecodeRun | None:
+        """The overlap loop's steady calls ahead while `extend`, the last extend batch, is in
+        flight (the caller has checked that its requests are live and sample no stop token).
+        Call 0 would merge its requests into the running batch and, skipping prefill,
+        decode them all (done now: `_merge_last_extend`, as in the synchronous loop), then
+        commit `extend` (process_batch_result_prefill: their first tokens, the radix
+        insertion of their prompts). The bound is `next_pipelined_run`'s: call `j` sees `j`
+        outputs of the extend batch's requests and at most `len(output_ids) + j` of the
+        others; the radix insertion only adds free or evictable slots (a duplicate it frees
+        was in a node that it locks, or that was locked already), so the memory bound made
+        before it holds."""
+        s = self.scheduler
+        lb = s.last_batch
+        if limit <= 0 or lb is None or lb.forward_mode != "extend" or len(lb.reqs) != len(
+                extend.reqs):
+            return None
+        for a, r in zip(lb.reqs, extend.reqs):
+            if a is not r or r.inflight_middle_chunks:
+                return None
+        if not self._merge_last_extend():
+            return None
+        return self._bounded_run(limit, pipelined=True)
+
+    def allocate_pipelined_step(self) -> None:
+        """Call 0 of a run that starts with an extend batch in flight: the plan of step 0,
+        the merged running batch's decode (update_running_batch: the memory check, the ratio
+        decay, prepare_for_decode)."""
+        s = self.scheduler
+        self._allocate(1)
+        s.running_batch.forward_mode = "decode"
+        s.step_count += 1
+
+    def commit_pipelined_calls(self, tokens: list[list[int]], first: int
+                               ) -> tuple[StepPlan, DecodeRunStats]:
+        """Calls `first .. k - 1` of a run of `k = len(tokens[0])` overlap-loop calls
+        (`next_pipelined_run`) at once: call `j` plans the run's step `j` (its allocation
+        and ratio decay) and then commits the batch before it (for `j = 0`, the one in
+        flight), which samples `tokens[i][j]`. Only the last call's commit may finish
+        requests (a stop token or a length cap). The last call's plan is the one `schedule()`
+        would make there: prefill skipped, the requests finishing in flight by length left
+        out (`_reqs_finishing_inflight`), the decode fits, so it decodes the rest of the
+        running batch, every input token a placeholder (each request is in the batch in
+        flight).
+        Returns that plan and the stats of those calls (the last one after its finishes);
+        the caller does the result queue."""
         s = self.scheduler
         k = len(tokens[0])
-        used, cached = self._allocate(k - 1)
-        for r, toks in zip(s.running_batch.reqs, tokens):
-            r.output_ids.extend(toks[:-1])
-        s.step_count += k - 1
-        return used, cached
+        rb = s.running_batch
+        reqs = rb.reqs
+        used: list[int] = []
+        cached: list[int] = []
+        if k - first > 1:
+            used, cached = self._allocate(k - first - 1)
+        for r, toks in zip(reqs, tokens):
+            r.output_ids.extend(toks[first:-1])
+        # mirrors Scheduler.schedule for the last call (get_next_batch_to_run:
+        # get_new_batch_prefill returns None at once; update_running_batch leaves out the
+        # requests the batch in flight finishes by length (_reqs_finishing_inflight), which
+        # clears batch_is_full, and decodes the rest: the run's bound keeps the memory check)
+        finishing = [r for r in reqs if len(r.output_ids) + 1 >= r.max_new_tokens]
+        if finishing:
+            rb.filter_batch(reqs_to_exclude=finishing)
+            rb.batch_is_full = False
+        last_used, last_cached = self._allocate(1)
+        used += last_used
+        cached += last_cached
+        s.plan_preempted = []
+        s.plan_aborted = []
+        s._stall_candidate = None
+        rb.forward_mode = "decode"
+        s.last_batch = rb
+        s._cur_batch = None
+        self.steady = True
+        plan = StepPlan(step=s.step_count + k - first - 1, page_size=s.page_size,
+                        preempted=s.plan_preempted, aborted=s.plan_aborted)
+        s.step_count += k - first
+        plan.forward_mode = "decode"
+        rows = s.req_to_token_pool.req_to_token
+        chunks = plan.chunks
+        for r in rb.reqs:
+            chunks.append(ScheduledChunk(
+                r.rid, [PLACEHOLDER_TOKEN_ID], r.kv_committed_len - 1,
+                rows[r.req_pool_idx], True))  # type: ignore[index]
+        num_running = s.req_to_token_pool.num_used_rows()
+        # Then the last call commits the batch before it (process_batch_result_decode):
+        # a stop token or a length cap may finish requests there.
+        finished: list[tuple[str, str]] = []
+        allocator = s.allocator
+        allocator.free_group_begin()
+        try:
+            for r, toks in zip(reqs, tokens):
+                r.output_ids.append(toks[-1])
+                s.finish_if_done(r, finished)
+        finally:
+            allocator.free_group_end()
+        if finished:
+            self.steady = False
+            evictable = s.tree_cache.evictable_size()
+            used[-1] = s.config.kv_capacity_tokens - allocator.available_size() - evictable
+            cached[-1] = evictable
+        return plan, DecodeRunStats(used, cached, num_running, len(s.waiting_queue), finished,
+                                    s.req_to_token_pool.num_used_rows())

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import deque
 
 from schedulers.contract import (
+    NOT_SAMPLED_TOKEN_ID,
     OVERLAP,
     PLACEHOLDER_TOKEN_ID,
     DecodeRun,
@@ -126,46 +127,57 @@ class OverlapSglangScheduler(SglangScheduler):
     def pipelined_decode_run(self, limit: int, in_flight: StepPlan, result: StepResult
                              ) -> DecodeRun | None:
         """The steady loop calls ahead (at most `limit`) while `in_flight`, the one batch in
-        `result_queue` (sampling `result`), is committed: it must decode the running batch,
-        every request of it live (neither finished, aborted nor retracted while in flight)
-        and sampling no stop token, and have retracted and aborted nothing; see
+        `result_queue` (sampling `result`), is committed, when it has retracted and aborted
+        nothing and samples no stop token; it either decodes the running batch, every
+        request of it live (neither finished, aborted nor retracted while in flight), or is
+        the extend batch whose requests join the running batch in the run's first call; see
         `SglangDecodeRuns.next_pipelined_run`."""
         queue = self.result_queue
         if (in_flight.preempted or in_flight.aborted or len(queue) != 1
                 or queue[0][0] != in_flight.step):
             return None
         batch = queue[0][1]
+        sampled = result.sampled_token_ids
+        for r in batch.reqs:
+            if (r.finished_reason is not None or r.to_finish is not None or r.is_retracted
+                    or (not r.ignore_eos and sampled.get(r.rid) == r.eos_token_id)):
+                return None
+        if batch.forward_mode == "extend":
+            return self.decode_runs.next_pipelined_run_after_extend(limit, batch)
         reqs = self.running_batch.reqs
         if batch.forward_mode != "decode" or len(batch.reqs) != len(reqs):
             return None
-        sampled = result.sampled_token_ids
         for a, r in zip(batch.reqs, reqs):
-            if (a is not r or r.finished_reason is not None or r.to_finish is not None
-                    or r.is_retracted
-                    or (not r.ignore_eos and sampled.get(r.rid) == r.eos_token_id)):
+            if a is not r:
                 return None
         return self.decode_runs.next_pipelined_run(limit)
 
     def commit_pipelined_decode_run(self, run: DecodeRun, tokens: list[list[int]]
                                     ) -> tuple[StepPlan, DecodeRunStats]:
-        """schedulers.contract.PipelinedDecodeRunScheduler.commit_pipelined_decode_run: calls
-        `0 .. k - 2` at once (`SglangDecodeRuns.commit_pipelined_calls`), then call `k - 1`
-        with the mirrored `schedule()` and `update_from_output()`, so that its plan (the one
-        batch in flight after the run) and its commit's finishes are upstream's."""
-        k = run.num_steps(tokens)
+        """schedulers.contract.PipelinedDecodeRunScheduler.commit_pipelined_decode_run: the
+        run's `k` calls at once (`SglangDecodeRuns.commit_pipelined_calls`); an extend batch
+        in flight is committed in call 0 with the mirrored `update_from_output`, between
+        step 0's plan and step 1's, as upstream processes it."""
         queue = self.result_queue
-        step, _ = queue.popleft()  # the batch in flight, committed by call 0
-        used, cached = self.decode_runs.commit_pipelined_calls(tokens)
-        # the batch of step k - 2 (plan `step + k - 1`), launched by call k - 2
-        queue.append((step + k - 1, self._copy(self.running_batch)))
-        plan = self.schedule()
-        num_running = self.req_to_token_pool.num_used_rows()
-        reqs = queue[0][1].reqs
-        events = self.update_from_output(
-            StepPlan(step=step + k - 1, page_size=self.page_size),
-            StepResult({r.rid: toks[-1] for r, toks in zip(reqs, tokens)}, 0.0))
-        after = self.stats()
-        used.append(after.kv_used_tokens)
-        cached.append(after.kv_cached_tokens)
-        return plan, DecodeRunStats(used, cached, num_running, len(self.waiting_queue),
-                                    events.finished, self.req_to_token_pool.num_used_rows())
+        step, batch = queue[0]  # the batch in flight, committed by call 0
+        runs = self.decode_runs
+        if batch.forward_mode != "extend":
+            queue.popleft()
+            plan, stats = runs.commit_pipelined_calls(tokens, 0)
+        else:
+            # call 0: the plan of step 0 (the merged batch decodes: its allocation and
+            # ratio decay), then process_batch_result_prefill (tokens, radix insertion)
+            runs.allocate_pipelined_step()
+            events = self.update_from_output(
+                StepPlan(step=step, page_size=self.page_size),
+                StepResult({r.rid: tokens[i][0] for i, r in
+                            enumerate(self.running_batch.reqs)
+                            if tokens[i][0] != NOT_SAMPLED_TOKEN_ID}, 0.0))
+            assert not events.finished, events.finished  # the prediction excludes them
+            first = self.stats()
+            plan, stats = runs.commit_pipelined_calls(tokens, 1)
+            stats.kv_used_tokens.insert(0, first.kv_used_tokens)
+            stats.kv_cached_tokens.insert(0, first.kv_cached_tokens)
+        # the batch of the last call's plan, now the one in flight
+        queue.append((plan.step, self._copy(self.running_batch)))
+        return plan, stats

@@ -150,7 +150,7 @@ class AsyncVllmScheduler(VllmScheduler):
         `update_from_output` drops it), and be all they have in flight (no stale output, one
         placeholder each, every known token computed). The run's step `j` is the plan the
         run's call `j` makes; see `VllmDecodeRuns.next_run`."""
-        if in_flight.preempted or in_flight.aborted or in_flight.has_swaps:
+        if in_flight.aborted or in_flight.has_swaps:
             return None
         running = self.running
         requests = self.requests

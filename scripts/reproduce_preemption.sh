@@ -7,7 +7,8 @@
 #   conv       the main setting: upstream's defaults (Llama-2-7B, A100-80GB, measured step
 #              times, vLLM async scheduling, SGLang's overlap loop), Azure 2023 conv;
 #   conv_sync  the same with the synchronous loops (vLLM's Scheduler, SGLang's
-#              event_loop_normal), against their own capacity;
+#              event_loop_normal), against their own capacity, at the loads where the
+#              main setting evicts (1.0, 1.25, 1.5: below capacity it evicts next to nothing);
 #   code       the Azure 2023 code trace (short outputs: the contrast), blocks of 1,700
 #              requests (the trace's 8,819 hold five);
 # then loops/: conv against conv_sync (python -m experiments.report A B, ratio CIs).
@@ -26,7 +27,8 @@ out=results/preemption
 find "$out" -maxdepth 1 -type f ! -name README.md -delete
 scripts/_study.sh preemption conv "Q1 main: Azure conv, Llama-2-7B on A100-80GB, pipelined loops" \
     "$columns" "$@"
-scripts/_study.sh preemption conv_sync "Q1 main, synchronous loops: Azure conv, Llama-2-7B on A100-80GB" \
+SWEEP_LOADS=1.0,1.25,1.5 scripts/_study.sh preemption conv_sync \
+    "Q1 main, synchronous loops: Azure conv, Llama-2-7B on A100-80GB" \
     "$columns" scheduler=vllm_sync,sglang_sync "$@"
 scripts/_study.sh preemption code "Q1 contrast: Azure code (short outputs), Llama-2-7B on A100-80GB" \
     "$columns" workload=azure_code workload.max_requests=1700 "$@"

@@ -2,14 +2,15 @@
 # Question 1: under high concurrency and widely varying output lengths, how many preemptions
 # (vLLM) and retractions (SGLang) happen, how much prefill is recomputed, and what do victims
 # pay in end-to-end latency? (conf/experiment/preemption.yaml; results/preemption/README.md)
-# Three settings of the preset, each a capacity search and a sweep of 0.5x-1.5x each
-# scheduler's own capacity over 5 disjoint trace windows (scripts/_study.sh):
+# Three settings of the preset, each a capacity search and a sweep of loads (fractions of
+# each scheduler's own capacity) over 5 disjoint trace windows (scripts/_study.sh):
 #   conv       the main setting: upstream's defaults (Llama-2-7B, A100-80GB, measured step
-#              times, vLLM async scheduling, SGLang's overlap loop), Azure 2023 conv;
+#              times, vLLM async scheduling, SGLang's overlap loop), Azure 2023 conv, at
+#              0.75x-1.5x (0.5x, the slowest to simulate, left out for time);
 #   conv_sync  the same with the synchronous loops (vLLM's Scheduler, SGLang's
 #              event_loop_normal), against their own capacity, at the loads where the
 #              main setting evicts (1.0, 1.25, 1.5: below capacity it evicts next to nothing);
-#   code       the Azure 2023 code trace (short outputs: the contrast), blocks of 1,700
+#   code       the Azure 2023 code trace (short outputs: the contrast), 0.5x-1.5x, blocks of 1,700
 #              requests (the trace's 8,819 hold five);
 # then loops/: conv against conv_sync (python -m experiments.report A B, ratio CIs).
 # Results: results/preemption/<setting>/ and results/preemption/loops/; raw runs under
@@ -25,8 +26,8 @@ columns=num_preemptions,preempted_request_share,max_restarts_per_request,recompu
 out=results/preemption
 # the single-setting layout this study had before (its files at the folder's top)
 find "$out" -maxdepth 1 -type f ! -name README.md -delete
-scripts/_study.sh preemption conv "Q1 main: Azure conv, Llama-2-7B on A100-80GB, pipelined loops" \
-    "$columns" "$@"
+SWEEP_LOADS=0.75,1.0,1.25,1.5 scripts/_study.sh preemption conv \
+    "Q1 main: Azure conv, Llama-2-7B on A100-80GB, pipelined loops" "$columns" "$@"
 SWEEP_LOADS=1.0,1.25,1.5 scripts/_study.sh preemption conv_sync \
     "Q1 main, synchronous loops: Azure conv, Llama-2-7B on A100-80GB" \
     "$columns" scheduler=vllm_sync,sglang_sync "$@"

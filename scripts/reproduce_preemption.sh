@@ -8,8 +8,8 @@
 #              times, vLLM async scheduling, SGLang's overlap loop), Azure 2023 conv, at
 #              0.75x-1.5x (0.5x, the slowest to simulate, left out for time);
 #   conv_sync  the same with the synchronous loops (vLLM's Scheduler, SGLang's
-#              event_loop_normal), against their own capacity, at the loads where the
-#              main setting evicts (1.0, 1.25, 1.5: below capacity it evicts next to nothing);
+#              event_loop_normal), against their own capacity, at the two loads past
+#              capacity (1.25, 1.5: where the main setting evicts most; fewer for time);
 #   code       the Azure 2023 code trace (short outputs: the contrast), 0.5x-1.5x, blocks of 1,700
 #              requests (the trace's 8,819 hold five);
 # then loops/: conv against conv_sync (python -m experiments.report A B, ratio CIs).
@@ -28,7 +28,7 @@ out=results/preemption
 find "$out" -maxdepth 1 -type f ! -name README.md -delete
 SWEEP_LOADS=0.75,1.0,1.25,1.5 scripts/_study.sh preemption conv \
     "Q1 main: Azure conv, Llama-2-7B on A100-80GB, pipelined loops" "$columns" "$@"
-SWEEP_LOADS=1.0,1.25,1.5 scripts/_study.sh preemption conv_sync \
+SWEEP_LOADS=1.25,1.5 scripts/_study.sh preemption conv_sync \
     "Q1 main, synchronous loops: Azure conv, Llama-2-7B on A100-80GB" \
     "$columns" scheduler=vllm_sync,sglang_sync "$@"
 scripts/_study.sh preemption code "Q1 contrast: Azure code (short outputs), Llama-2-7B on A100-80GB" \

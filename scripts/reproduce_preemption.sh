@@ -22,7 +22,7 @@ start=$SECONDS
 cd "$(dirname "$0")/.."
 source scripts/_wall_time.sh
 py=${PYTHON:-.venv/bin/python}
-columns=num_preemptions,preempted_request_share,max_restarts_per_request,recomputed_token_share,median_e2el_victim_ms,median_e2el_nonvictim_ms,victim_e2el_median_ratio,matched_victim_ratio,paired_victim_e2el_ratio,p99_e2el_ms
+columns=num_preemptions,num_victims,preempted_request_share,max_restarts_per_request,recomputed_token_share,prefix_recovery_on_resume,median_e2el_victim_ms,median_e2el_nonvictim_ms,victim_e2el_median_ratio,p99_e2el_ms
 out=results/preemption
 # the single-setting layout this study had before (its files at the folder's top)
 find "$out" -maxdepth 1 -type f ! -name README.md -delete

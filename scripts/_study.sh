@@ -7,7 +7,8 @@
 #      capacity.md (the capacity table) beside them.
 #   scripts/_study.sh NAME SETTING "TITLE" COLUMNS [Hydra overrides of this setting...]
 # COLUMNS: the comma-separated metrics of headline.md. CAPACITY_REALIZATIONS (default 5) sets
-# the realisations of each capacity probe. The raw folders (capacity probes, job folders,
+# the realisations of each capacity probe; SWEEP_LOADS (e.g. 1.0,1.25,1.5) sweeps those loads
+# instead of the preset's (the capacity search refuses a sweep override). The raw folders (capacity probes, job folders,
 # wandb/) go to results/<name>/runs/<setting>/, which git ignores; everything written under
 # results/<name>/<setting>/ is a function of the command alone (no dates, no wall times), so
 # a rerun rewrites it byte for byte.
@@ -40,5 +41,5 @@ open(sys.argv[2], "w").write(text)
 PY
 "$py" -m experiments.run -m "experiment=$name" "$@" logger=wandb "hydra.sweep.dir=$runs/sweep" \
     "workload.capacity_file=$runs/capacity/capacity.json" \
-    hydra.callbacks.comparison.print_table=false
+    hydra.callbacks.comparison.print_table=false ${SWEEP_LOADS:+"workload.load=$SWEEP_LOADS"}
 "$py" -m experiments.report "$runs/sweep" --out "$out" --title "$title" --columns "$columns"

@@ -210,6 +210,42 @@ def test_load_needs_a_capacity_file_and_a_positive_value() -> None:
         resolve_load(compose_config([*BASE, "workload.capacity_file=x.json"]))
 
 
+def test_capacities_are_keyed_by_the_scheduler_a_job_looks_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config option that runs another scheduler's code (vllm_sync, sglang_sync) is
+    searched under that scheduler's name, the key a job's `workload.load` resolves: a sweep
+    of the synchronous loops at loads of their own capacity finds its entries."""
+    import experiments.capacity.main as capacity_main
+
+    searched: list[tuple[str, bool]] = []
+
+    def fake_search(cfg, *_args, **_kw):  # type: ignore[no-untyped-def]
+        loop = cfg.scheduler.get("async_scheduling", not cfg.scheduler.get(
+            "disable_overlap_schedule", True))
+        searched.append((str(cfg.scheduler.name), bool(loop)))
+        return {"capacity": 1.0, "capacity_request_rate": 1.0, "bracket": [1.0, 1.0],
+                "scheduler_config": capacity_main.scheduler_config(cfg), "probes": []}
+
+    monkeypatch.setattr(capacity_main, "search_scheduler", fake_search)
+    _, data = run_capacity([*BASE, "scheduler=vllm_sync,sglang_sync", "--out",
+                            str(tmp_path / "cap")], log=lambda _m: None)
+    assert sorted(data["schedulers"]) == ["sglang", "vllm"]
+    assert sorted(searched) == [("sglang", False), ("vllm", False)]
+    cfg = compose_config([*BASE, "scheduler=vllm_sync", "workload.load=0.5",
+                          f"workload.capacity_file={tmp_path / 'cap' / 'capacity.json'}"])
+    _, resolution = resolve_load(cfg)
+    assert resolution is not None and resolution.rate == 0.5
+    # the pipelined loop is another config: its jobs cannot borrow the synchronous capacity
+    with pytest.raises(ConfigError, match=r"scheduler\.async_scheduling"):
+        resolve_load(compose_config([*BASE, "scheduler=vllm", "workload.load=0.5",
+                                     "workload.capacity_file="
+                                     f"{tmp_path / 'cap' / 'capacity.json'}"]))
+    with pytest.raises(ConfigError, match="both run scheduler vllm"):
+        run_capacity([*BASE, "scheduler=vllm,vllm_sync", "--out", str(tmp_path / "dup")],
+                     log=lambda _m: None)
+    assert not (tmp_path / "dup" / "capacity.json").exists()
+
+
 # --- the report's load curves ----------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from experiments.report.realizations import aggregate, bootstrap_ci, ci_cell
-from experiments.report.victims import length_cell, matched_rows, paired_rows
+from experiments.report.victims import PARTS, job_stats, length_cell, matched_rows, paired_rows
 
 
 def test_bootstrap_ci_is_the_percentile_interval_numpy_draws_with_the_same_seed() -> None:
@@ -77,6 +77,19 @@ def test_matching_on_a_hand_made_table() -> None:
     assert math.isclose(out.loc["v1", "matched_ratio"], 4.0 / 3.0, rel_tol=1e-12)
     assert out.loc["v2", "cell_nonvictims"] == 0
     assert math.isnan(out.loc["v2", "matched_ratio"])
+
+
+def test_breakdown_sets_victims_parts_against_the_others() -> None:
+    """The E2E parts are averaged over victims and, separately, over the other requests."""
+    parts = {f"{p}_s": [1.0, 3.0, 10.0, 20.0] for p in PARTS}
+    parts["evicted_s"] = [2.0, 4.0, 0.0, 0.0]
+    df = pd.DataFrame({"request_id": ["v1", "v2", "n1", "n2"], "prompt_len": [10] * 4,
+                       "output_len": [10] * 4, "victim": [True, True, False, False],
+                       "e2el_per_token_s": [1.0] * 4, **parts})
+    stats = job_stats(df)
+    assert stats["victim_queued_ms"] == 2000.0 and stats["nonvictim_queued_ms"] == 15000.0
+    assert stats["victim_evicted_ms"] == 3000.0 and stats["nonvictim_evicted_ms"] == 0.0
+    assert all(f"nonvictim_{p}_ms" in stats for p in PARTS)
 
 
 def test_paired_join_on_request_id() -> None:

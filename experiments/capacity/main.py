@@ -169,6 +169,17 @@ def run(argv: Sequence[str], log: Any = print) -> tuple[Path, dict[str, Any]]:
     chosen, rest = _split(args.overrides)
     schedulers = chosen or default_schedulers(rest)
     configs = {s: compose([*rest, f"scheduler={s}"]) for s in schedulers}
+    # keyed by the scheduler's name, which a job's load looks up (`resolve_load`): a config
+    # option such as sglang_optimistic runs, and is recorded as, the scheduler it names
+    by_name: dict[str, DictConfig] = {}
+    for option, cfg in configs.items():
+        name = str(cfg.scheduler.name)
+        if name in by_name:
+            first_option = next(o for o, c in configs.items() if c is by_name[name])
+            raise ConfigError(f"scheduler={first_option},{option}: both run scheduler "
+                              f"{name}, and a capacity file holds one capacity per "
+                              "scheduler; run one search for each")
+        by_name[name] = cfg
     first = configs[schedulers[0]]
     for cfg in configs.values():
         _check_searchable(cfg)
@@ -191,7 +202,9 @@ def run(argv: Sequence[str], log: Any = print) -> tuple[Path, dict[str, Any]]:
     log(f"capacity search: workload.{param} from {start:g}, SLO attainment >= "
         f"{args.target:g} (mean over {args.realizations} realisation(s)), tolerance "
         f"{args.tolerance:g}")
-    for name, cfg in configs.items():
+    # keyed by the scheduler's name, which a job's load looks up (`resolve_load`): a config
+    # option such as sglang_optimistic runs, and is recorded as, the scheduler it names
+    for name, cfg in by_name.items():
         data["schedulers"][name] = search_scheduler(cfg, param, args.realizations,
                                                     args.tolerance, args.target, out,
                                                     args.keep_probes, log)

@@ -89,7 +89,8 @@ COMPARISON_METRICS: tuple[str, ...] = (
 FAIR_METRICS: tuple[str, ...] = (
     "paired_victim_e2el_ratio", "paired_victims", "matched_victim_ratio", "matched_victims",
     "victim_queued_ms", "victim_evicted_ms", "victim_recompute_ms", "victim_prefill_ms",
-    "victim_decode_ms",
+    "victim_decode_ms", "nonvictim_queued_ms", "nonvictim_evicted_ms",
+    "nonvictim_recompute_ms", "nonvictim_prefill_ms", "nonvictim_decode_ms",
 )
 # The table across realisations (experiments/report/realizations.py): metric, label.
 AGGREGATED: tuple[tuple[str, str], ...] = (
@@ -117,6 +118,11 @@ AGGREGATED: tuple[tuple[str, str], ...] = (
     ("victim_recompute_ms", "Victims' mean E2EL part: recompute (ms)"),
     ("victim_prefill_ms", "Victims' mean E2EL part: prefill (ms)"),
     ("victim_decode_ms", "Victims' mean E2EL part: decode (ms)"),
+    ("nonvictim_queued_ms", "Others' mean E2EL part: queued (ms)"),
+    ("nonvictim_evicted_ms", "Others' mean E2EL part: evicted (ms)"),
+    ("nonvictim_recompute_ms", "Others' mean E2EL part: recompute (ms)"),
+    ("nonvictim_prefill_ms", "Others' mean E2EL part: prefill (ms)"),
+    ("nonvictim_decode_ms", "Others' mean E2EL part: decode (ms)"),
 )
 
 SIDE_BY_SIDE: tuple[tuple[str, str], ...] = (

@@ -11,7 +11,8 @@ requests.parquet, at report time.
   (`matched_rows`); a victim whose cell holds no non-victim is left unmatched. Per job,
   `matched_victim_ratio`: the median of those ratios, over `matched_victims` victims.
 - **breakdown**: the means of the E2E parts (requests.parquet's `queued_s`, `evicted_s`,
-  `recompute_s`, `prefill_s`, `decode_s`) over the job's completed victims, in ms.
+  `recompute_s`, `prefill_s`, `decode_s`) over the job's completed victims, in ms, and the
+  same over its completed other requests (`nonvictim_<part>_ms`), to set them against.
 Only completed requests (finish reason stop or length) enter; a job whose records lack the
 columns of `COLUMNS` is left out.
 """
@@ -88,15 +89,16 @@ def _median(x: pd.Series) -> float:
 
 
 def job_stats(df: pd.DataFrame) -> dict[str, Any]:
-    """A job's length-matched ratio and the means of its victims' E2E parts (ms)."""
+    """A job's length-matched ratio and the means of its victims' and its other requests'
+    E2E parts (ms)."""
     matched = matched_rows(df)
     ok = matched["matched_ratio"].dropna()
     out: dict[str, Any] = {"matched_victim_ratio": _median(ok), "matched_victims": len(ok)}
-    v = df[df["victim"]]
-    for p in PARTS:
-        col = f"{p}_s"
-        out[f"victim_{p}_ms"] = (1000.0 * float(v[col].mean())
-                                 if col in v and len(v) else math.nan)
+    for who, rows in (("victim", df[df["victim"]]), ("nonvictim", df[~df["victim"]])):
+        for p in PARTS:
+            col = f"{p}_s"
+            out[f"{who}_{p}_ms"] = (1000.0 * float(rows[col].mean())
+                                    if col in rows and len(rows) else math.nan)
     return out
 
 

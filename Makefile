@@ -1,6 +1,7 @@
 # Quick start: `make demo` (vLLM and SGLang side by side on the default workload),
 # `make test` (the test suite) and `make lint` (ruff, mypy). `make reproduce` runs the three
-# paper-style studies (scripts/reproduce_*.sh; needs the traces: scripts/fetch_traces.sh).
+# paper-style studies and Q1's sensitivity study (scripts/reproduce_*.sh; needs the traces:
+# scripts/fetch_traces.sh).
 # Each creates .venv on first use and installs the project with CPU PyTorch 2.13.0 and the
 # pinned versions of requirements/constraints.txt (`make lock` refreshes them).
 PYTHON ?= python3
@@ -66,6 +67,7 @@ reproduce: $(BIN)/.installed
 	scripts/reproduce_preemption.sh
 	scripts/reproduce_prefix_recovery.sh
 	scripts/reproduce_victim_choice.sh
+	scripts/reproduce_sensitivity.sh
 
 # The study of issue 8 (168 runs; 88 s on 2 cores, results/victim_policies/README.md; the
 # script prints its own wall time): results/victim_policies/.

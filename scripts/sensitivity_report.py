@@ -134,8 +134,55 @@ def capacity_rows(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
     return rows
 
 
-def write_markdown(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
-                   ) -> None:
+def first_summaries(study: Path, setting: Setting) -> dict[str, dict[str, Any]]:
+    """Per scheduler, the summary.json of the setting's first job (the lowest job number):
+    what every job of the setting shares (timing source, loop, limits, pool, context)."""
+    found: dict[str, dict[str, Any]] = {}
+    sweep = study / "runs" / setting.folder / "sweep"
+    jobs = sorted((p for p in sweep.glob("*/summary.json") if p.parent.name.isdigit()),
+                  key=lambda p: int(p.parent.name))
+    for path in jobs:
+        summary = json.loads(path.read_text())
+        found.setdefault(str(summary["scheduler"]), summary)
+    return found
+
+
+def setting_rows(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
+                 ) -> list[list[str]]:
+    """Per setting and scheduler, from its jobs' summary.json and its capacity file: model,
+    GPU, step-time source, engine loop, batch limits, KV pool, context, block / page size."""
+    rows = []
+    for s, _agg, cap in settings:
+        for sched, summary in first_summaries(study, s).items():
+            limits = summary.get("scheduler_limits") or {}
+            config = cap["schedulers"].get(sched, {}).get("scheduler_config", {})
+            page = config.get("block_size", config.get("page_size"))
+            rows.append([s.label, SCHEDULER_LABELS.get(sched, sched), str(summary["model"]),
+                         str(summary["hardware"]), str(summary["step_time_source"]),
+                         str(summary["engine_loop"]),
+                         ", ".join(f"{k}={v['value']}" for k, v in sorted(limits.items())),
+                         f"{int(summary['kv_capacity_tokens']):,}",
+                         f"{int(summary['max_model_len']):,}", str(page)])
+    return rows
+
+
+def window_rows(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
+                jobs: dict[str, pd.DataFrame]) -> list[list[str]]:
+    """Per realisation (trace window), the requests offered after the prompt filter, from the
+    first setting's jobs (the filter and the windows are the same in every setting)."""
+    s, _agg, cap = settings[0]
+    window = int(cap.get("config", {}).get("workload", {}).get("max_requests") or 0)
+    frame = jobs[s.folder]
+    rows = []
+    for k, group in frame.groupby(REALIZATION, sort=True):
+        offered = sorted({int(x) for x in group["offered"]})
+        rows.append([str(k), str(window), ", ".join(str(o) for o in offered),
+                     ", ".join(str(window - o) for o in offered)])
+    return rows
+
+
+def write_markdown(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
+                   jobs: dict[str, pd.DataFrame]) -> None:
     loads = sorted({float(x) for _, agg, _ in settings for x in agg[LOAD]})
     out = ["# Sensitivity of Q1: the headline statistics in every setting", "",
            "Each setting's own tables (aggregated.md, by_scheduler.md, victims_*.csv) and "
@@ -155,6 +202,14 @@ def write_markdown(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict
                     cells.append("-" if match.empty else cell(match.iloc[0], metric))
             rows.append([s.label, *cells])
         out += [f"## {label}", "", markdown_table(header, rows), ""]
+    out += ["## Settings (from each setting's summary.json and capacity.json)", "",
+            markdown_table(["setting", "scheduler", "model", "GPU", "step time", "loop",
+                            "batch limits", "KV pool (slots)", "context", "block / page"],
+                           setting_rows(study, settings)), "",
+            "## Trace windows (Azure 2023 conv; realisation k: the k-th block of requests)",
+            "", markdown_table(["realisation", "requests in the window", "offered",
+                                "dropped (prompt over max_input_len)"],
+                               window_rows(settings, jobs)), ""]
     out += ["## Capacity (the highest workload.rate_scale with mean SLO attainment >= 0.9 over "
             "5 windows)", "",
             markdown_table(["setting", "scheduler", "rate_scale", "req/s", "bracket", "probes"],
@@ -263,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"(expected some of {', '.join(s.folder for s in SETTINGS)})")
     rows = [r for _, agg, _ in settings for r in long_rows(agg)]
     pd.DataFrame(rows).to_csv(args.study / "summary.csv", index=False)
-    write_markdown(args.study, settings)
+    jobs = {s.folder: pd.read_csv(args.study / s.folder / "comparison.csv")
+            for s, _, _ in settings}
+    write_markdown(args.study, settings, jobs)
     if not args.no_figures:
         write_figures(args.study, settings)
     print(f"wrote {args.study}/summary.md, summary.csv"

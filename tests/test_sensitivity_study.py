@@ -58,7 +58,7 @@ def write_setting(study: Path, folder: str, schedulers: dict[str, list[list[floa
     fields = ["job", "scheduler", "workload.realization", "workload.load", "status",
               "preemptions_per_1k_requests", "preempted_request_share",
               "recomputed_token_share", "num_victims", "victim_e2el_median_ratio",
-              "matched_victim_ratio", "matched_victims", "slo_attainment"]
+              "matched_victim_ratio", "matched_victims", "slo_attainment", "offered"]
     job = 0
     with open(out / "comparison.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -74,11 +74,12 @@ def write_setting(study: Path, folder: str, schedulers: dict[str, list[list[floa
                                 "recomputed_token_share": 0.0, "num_victims": int(victims),
                                 "victim_e2el_median_ratio": ratio if victims else "",
                                 "matched_victim_ratio": "", "matched_victims": 0,
-                                "slo_attainment": 0.9})
+                                "slo_attainment": 0.9, "offered": 298 - k})
                     job += 1
     cap = study / "runs" / folder / "capacity"
     cap.mkdir(parents=True)
-    cap.joinpath("capacity.json").write_text(json.dumps({"schedulers": {
+    cap.joinpath("capacity.json").write_text(json.dumps({
+        "config": {"workload": {"max_requests": 300}}, "schedulers": {
         s: {"capacity": c, "capacity_request_rate": 5 * c, "bracket": [c, c * 1.02],
             "probes": [{}, {}]} for s, c in capacity.items()}}))
 
@@ -109,6 +110,8 @@ def test_summary_gives_each_statistic_with_ci_and_victims(tmp_path: Path) -> Non
     block_row = next(line for line in md.splitlines() if line.startswith("| main, vLLM block"))
     assert block_row.rstrip(" |").endswith("| - | -")
     assert "| main, vLLM block_size 1 | vLLM | 0.9 | 4.50 | [0.9, 0.918) | 2 |" in md
+    # the trace windows: offered and dropped per realisation
+    assert "| 0 | 300 | 298 | 2 |" in md and "| 1 | 300 | 297 | 3 |" in md
     with open(study / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     per_1k = [r for r in rows if r["statistic"] == "preemptions_per_1k_requests"

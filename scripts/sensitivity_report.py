@@ -3,7 +3,8 @@
     python scripts/sensitivity_report.py results/sensitivity
 
 reads, for every setting of `SETTINGS` present under the study folder, its per-job table
-(`<setting>/comparison.csv`, written by `python -m experiments.report`) and its capacity
+(`<setting>/comparison.csv`, written by `python -m experiments.report`; the paired victim
+ratio from its `aggregated.csv`) and its capacity
 search (`runs/<setting>/capacity/capacity.json`, written by `python -m experiments.capacity`),
 and writes into the study folder:
 - `summary.csv`: one row per setting x scheduler x load x statistic: the mean over the
@@ -62,8 +63,13 @@ STATISTICS: tuple[tuple[str, str], ...] = (
     ("recomputed_token_share", "Prefill recomputed (%)"),
     ("victim_e2el_median_ratio", "Victims' / others' median E2E latency (ratio)"),
     ("matched_victim_ratio", "Victims' / length-matched others' E2E latency per token (ratio)"),
+    ("paired_victim_e2el_ratio", "Victims' E2E latency / the same request's under the other "
+     "scheduler (ratio)"),
     ("slo_attainment", "SLO attainment (%)"),
 )
+# statistics read from the setting's aggregated.csv (the report pairs requests across the
+# schedulers; comparison.csv has no per-job column of it)
+FROM_AGGREGATED = ("paired_victim_e2el_ratio",)
 PLOTTED = ("preemptions_per_1k_requests", "recomputed_token_share", "victim_e2el_median_ratio")
 SCHEDULERS = ("vllm", "sglang")
 SCHEDULER_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -80,7 +86,15 @@ def load_setting(study: Path, setting: Setting) -> tuple[pd.DataFrame, dict[str,
         raise SystemExit(f"{capacity}: missing (scripts/_study.sh writes it with the table "
                          f"{table}); rerun the setting")
     jobs = pd.read_csv(table)
-    agg = aggregate(jobs, ["scheduler", LOAD, REALIZATION], [m for m, _ in STATISTICS])
+    agg = aggregate(jobs, ["scheduler", LOAD, REALIZATION],
+                    [m for m, _ in STATISTICS if m not in FROM_AGGREGATED])
+    aggregated = study / setting.folder / "aggregated.csv"
+    if aggregated.is_file():  # the statistics only the report's pairing computes
+        cols = [f"{m}{suffix}" for m in FROM_AGGREGATED
+                for suffix in ("", "_ci_lo", "_ci_hi", "_n")]
+        extra = pd.read_csv(aggregated)
+        agg = agg.merge(extra[["scheduler", LOAD, *[c for c in cols if c in extra]]],
+                        on=["scheduler", LOAD], how="left")
     agg.insert(0, "setting", setting.folder)
     return agg, json.loads(capacity.read_text())
 

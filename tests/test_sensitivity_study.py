@@ -92,6 +92,11 @@ def test_summary_gives_each_statistic_with_ci_and_victims(tmp_path: Path) -> Non
                   {"vllm": 1.0, "sglang": 0.875})
     write_setting(study, "vllm_block1", {"vllm": [[1, 2, 1.1, 3, 4, 1.3],
                                                   [5, 6, 1.0, 7, 8, 1.0]]}, {"vllm": 0.9})
+    # the paired ratio comes from the report's aggregated.csv (vLLM at 1.5 only)
+    (study / "a100_llama2_7b" / "aggregated.csv").write_text(
+        "scheduler,workload.load,n_realizations,paired_victim_e2el_ratio,"
+        "paired_victim_e2el_ratio_ci_lo,paired_victim_e2el_ratio_ci_hi,"
+        "paired_victim_e2el_ratio_n\nvllm,1.5,2,1.08,1.02,1.17,71\n")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(study)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -107,6 +112,9 @@ def test_summary_gives_each_statistic_with_ci_and_victims(tmp_path: Path) -> Non
     assert "2 [1.5, 2.5] n=60" in ratio_row
     # SGLang at 1.5: one realisation with a victim: no CI, flagged as few
     assert ratio_row.rstrip(" |").endswith("3 n=1*")
+    paired = next(line for line in md.split("## Victims' E2E latency / the same")[1]
+                  .splitlines() if line.startswith("| Llama-2-7B"))
+    assert paired.split(" | ")[2] == "1.08 [1.02, 1.17] n=71"
     block_row = next(line for line in md.splitlines() if line.startswith("| main, vLLM block"))
     assert block_row.rstrip(" |").endswith("| - | -")
     assert "| main, vLLM block_size 1 | vLLM | 0.9 | 4.50 | [0.9, 0.918) | 2 |" in md

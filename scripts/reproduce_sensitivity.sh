@@ -24,7 +24,7 @@ export PYTHON=$py
 from experiments.inputs.workloads.replay import trace_path
 trace_path(None, "azure2023/AzureLLMInferenceTrace_conv.csv")  # fails with the folder to fix
 PY
-columns=preemptions_per_1k_requests,preempted_request_share,recomputed_token_share,victim_e2el_median_ratio,matched_victim_ratio,slo_attainment,median_e2el_ms
+columns=preemptions_per_1k_requests,preempted_request_share,recomputed_token_share,num_victims,victim_e2el_median_ratio,slo_attainment,median_e2el_ms
 study() { scripts/_study.sh sensitivity "$@"; }
 study a100_llama2_7b "Sensitivity: Llama-2-7B on A100-80GB, measured (main setting)" "$columns"
 study a100_llama2_7b_fitted "Sensitivity: Llama-2-7B on A100-80GB, fitted roofline" "$columns" \

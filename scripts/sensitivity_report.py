@@ -248,13 +248,17 @@ def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[
         for j, metric in enumerate(PLOTTED):
             ax = axes[i][j]
             ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+            has_data = False
             for k, (s, agg, _) in enumerate(settings):
                 rows = agg[agg["scheduler"] == sched].sort_values(LOAD)
                 if rows.empty:
                     continue
                 f = scale.get(metric, 1.0)
-                x = rows[LOAD].astype(float).to_numpy() * (1 + (k - 3) * 0.012)
+                # a small offset per setting, centred on the load, so error bars do not hide
+                # each other
+                x = rows[LOAD].astype(float).to_numpy() + (k - (len(settings) - 1) / 2) * 0.008
                 y = rows[metric].to_numpy(dtype=float) * f
+                has_data = has_data or not all(math.isnan(v) for v in y)
                 lo = rows[f"{metric}_ci_lo"].to_numpy(dtype=float) * f
                 hi = rows[f"{metric}_ci_hi"].to_numpy(dtype=float) * f
                 err = [[0 if math.isnan(a) else max(b - a, 0) for a, b in zip(lo, y, strict=True)],
@@ -263,6 +267,9 @@ def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[
                             capsize=2, label=s.label)
             if metric == "victim_e2el_median_ratio":
                 ax.axhline(1.0, color="0.6", lw=0.8)
+            if not has_data:
+                ax.text(0.5, 0.5, "no victims in any run", transform=ax.transAxes,
+                        ha="center", va="center", color="0.4", fontsize=9)
             ax.set_title(f"{SCHEDULER_LABELS[sched]}: {labels[metric]}", fontsize=9.5)
             if i == len(SCHEDULERS) - 1:
                 ax.set_xlabel("load (x the scheduler's own capacity; 1 = saturation)")
@@ -282,7 +289,7 @@ def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[
                     metadata={"CreationDate": None} if ext == "pdf" else {})
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     width = 0.38
     for i, sched in enumerate(SCHEDULERS):
         xs: list[float] = []
@@ -300,15 +307,18 @@ def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[
             ys.append(req)
             errs[0].append(0.0)
             errs[1].append(max(float(hi) * per - req, 0.0) if hi is not None else 0.0)
+        for bar_x, bar_y in zip(xs, ys, strict=True):
+            ax.annotate(f"{bar_y:.2f}", (bar_x, bar_y), xytext=(0, 9), textcoords="offset points",
+                        ha="center", fontsize=7.5)
         ax.bar(xs, ys, width, yerr=errs, capsize=3, color=colors[i],
-               label=f"{SCHEDULER_LABELS[sched]} (bar: capacity; whisker: upper end of the "
-                     "search bracket)")
+               label=SCHEDULER_LABELS[sched])
     ax.set_xticks(range(len(settings)))
     ax.set_xticklabels([s.label.replace(", ", "\n", 1) for s, _, _ in settings], fontsize=8)
     ax.set_ylabel("capacity (req/s at mean SLO attainment >= 0.9)")
-    ax.set_title("SLO capacity per setting (Azure conv, 5 windows of 300 requests)",
-                 fontsize=10.5)
-    ax.legend(fontsize=8.5, frameon=False, loc="upper left")
+    ax.set_title("SLO capacity per setting (Azure conv, 5 windows of 300 requests; whisker: "
+                 "the upper end of the search's bracket)", fontsize=10.5)
+    ax.legend(fontsize=8.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=2)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     for ext in ("png", "pdf"):

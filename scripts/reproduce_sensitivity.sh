@@ -26,18 +26,18 @@ trace_path(None, "azure2023/AzureLLMInferenceTrace_conv.csv")  # fails with the 
 PY
 columns=preemptions_per_1k_requests,preempted_request_share,recomputed_token_share,num_victims,victim_e2el_median_ratio,slo_attainment,median_e2el_ms
 study() { scripts/_study.sh sensitivity "$@"; }
-study a100_llama2_7b "Sensitivity: Llama-2-7B on A100-80GB, measured (main setting)" "$columns"
-study a100_llama2_7b_fitted "Sensitivity: Llama-2-7B on A100-80GB, fitted roofline" "$columns" \
+study a100_llama2_7b "Llama-2-7B, A100, measured (main)" "$columns"
+study a100_llama2_7b_fitted "Llama-2-7B, A100, fitted roofline" "$columns" \
     executor.cost_model=fitted_roofline
-study a100_llama3_8b "Sensitivity: Llama-3-8B on A100-80GB, fitted roofline" "$columns" \
+study a100_llama3_8b "Llama-3-8B, A100, fitted roofline" "$columns" \
     model=llama3_8b executor.cost_model=fitted_roofline
-study h100_llama2_7b "Sensitivity: Llama-2-7B on H100, fitted roofline" "$columns" \
+study h100_llama2_7b "Llama-2-7B, H100, fitted roofline" "$columns" \
     hardware=h100 executor.cost_model=fitted_roofline
-study h100_llama3_8b "Sensitivity: Llama-3-8B on H100, fitted roofline" "$columns" \
+study h100_llama3_8b "Llama-3-8B, H100, fitted roofline" "$columns" \
     model=llama3_8b hardware=h100 executor.cost_model=fitted_roofline
-study vllm_block1 "Sensitivity: vLLM block_size 1 (main setting)" "$columns" \
+study vllm_block1 "Main setting, vLLM block_size 1" "$columns" \
     scheduler=vllm scheduler.block_size=1
-study sglang_page16 "Sensitivity: SGLang page_size 16 (main setting)" "$columns" \
+study sglang_page16 "Main setting, SGLang page_size 16" "$columns" \
     scheduler=sglang scheduler.page_size=16
 "$py" scripts/sensitivity_report.py results/sensitivity
 wall_time sensitivity "$start" "tables and figures in results/sensitivity, raw runs in results/sensitivity/runs"

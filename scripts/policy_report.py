@@ -35,8 +35,24 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from experiments.report.figures import _save, scheduler_color, shade, style
+from experiments.report.figures import (
+    COLUMN_IN,
+    HOLLOW_FACE,
+    PAGE_IN,
+    SCHEDULER_NAMES,
+    VALUE_LABELS,
+    LegendGroup,
+    _save,
+    fig_legend,
+    log_ticks,
+    scheduler_color,
+    shade,
+    style,
+    suptitle,
+    wrapped,
+)
 from experiments.report.tables import markdown
 from experiments.results.sinks import write_text
 from schedulers import registry
@@ -112,25 +128,40 @@ def _positive(values: pd.Series) -> bool:
     return bool((np.isfinite(x) & (x > 0)).any())
 
 
-_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
-
-
 def _load_shade(sched: str, k: int, n: int) -> tuple[float, float, float]:
     """The scheduler's colour (the shared figures' one), light at the lowest load."""
     return shade(scheduler_color(sched), 0.35 + 0.65 * k / max(n - 1, 1))
 
 
+def _policy_axis(ax: plt.Axes, labelled: bool) -> None:
+    """The policies on x, their names (vertical, so they never run into each other) only on
+    the bottom row of panels."""
+    x = np.arange(len(POLICIES))
+    ax.set_xticks(x, [p.replace("_", " ") for p in POLICIES] if labelled else [],
+                  rotation=90)
+    ax.set_xlim(-0.6, len(POLICIES) - 0.4)
+
+
+def _load_handles(scheds: Sequence[str], loads: Sequence[float], patch: bool) -> list[Any]:
+    """One legend entry per load, a swatch per scheduler in the shade its bars or lines
+    have at that load."""
+    def part(sched: str, k: int) -> Any:
+        color = _load_shade(sched, k, len(loads))
+        return Patch(color=color, lw=0) if patch else Line2D([], [], color=color, lw=2.0)
+
+    return [LegendGroup(tuple(part(s, k) for s in scheds), f"{load:g}x recorded rate")
+            for k, load in enumerate(loads)]
+
+
 def _bars(ax: plt.Axes, g: pd.DataFrame, metric: str, loads: Sequence[float],
-          sched: str) -> None:
+          sched: str, scale: float) -> None:
     x = np.arange(len(POLICIES))
     w = 0.8 / max(len(loads), 1)
     for k, load in enumerate(loads):
         s = g[g["load"] == load].set_index("policy")[metric].reindex(list(POLICIES))
-        ax.bar(x + (k - (len(loads) - 1) / 2) * w, s.to_numpy(dtype=float), w,
-               color=_load_shade(sched, k, len(loads)), label=f"{load:g}x recorded rate")
-    ax.set_xticks(x, [p.replace("_", " ") for p in POLICIES], fontsize=5.5, rotation=40,
-                  ha="right", rotation_mode="anchor")
-    ax.grid(axis="y", alpha=0.3)
+        ax.bar(x + (k - (len(loads) - 1) / 2) * w, s.to_numpy(dtype=float) * scale, w,
+               color=_load_shade(sched, k, len(loads)))
+    ax.grid(axis="x", visible=False)
 
 
 def policy_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
@@ -140,32 +171,32 @@ def policy_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
     loads = sorted(df["load"].unique())
     panels = [(s, m) for s in registry.names() for m in MODES
               if len(df[(df["scheduler"] == s) & (df["mode"] == m)])]
-    metrics = [("num_preemptions", "evictions (count)"),
-               ("p99_e2el_victim_ms", "victims' p99 E2E latency (ms)"),
-               ("slo_attainment", "SLO attainment (share)")]
+    scheds = list(dict.fromkeys(s for s, _ in panels))
+    metrics = [("num_preemptions", "evictions (count)", 1.0),
+               ("p99_e2el_victim_ms", "victims' p99 E2E latency (s)", 1e-3),
+               ("slo_attainment", "SLO attainment (%)", 100.0)]
+    width = COLUMN_IN if len(panels) == 1 else PAGE_IN
     with style():
-        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(1.9 * len(panels), 5.4),
-                                 squeeze=False, sharey="row")
+        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(width, 6.2),
+                                 squeeze=False, sharey="row", sharex=True,
+                                 layout="constrained")
         for c, (sched, mode) in enumerate(panels):
             g = df[(df["scheduler"] == sched) & (df["mode"] == mode)]
-            for r, (metric, label) in enumerate(metrics):
+            for r, (metric, label, scale) in enumerate(metrics):
                 ax = axes[r][c]
-                _bars(ax, g, metric, loads, sched)
+                _bars(ax, g, metric, loads, sched, scale)
+                _policy_axis(ax, labelled=r == len(metrics) - 1)
                 if r == 0:
-                    ax.set_title(f"{_NAMES.get(sched, sched)}, {mode}")
+                    ax.set_title(wrapped(f"{SCHEDULER_NAMES.get(sched, sched)}, {mode}",
+                                         width / len(panels)))
                 if c == 0:
-                    ax.set_ylabel(label)
-        handles = [h for c in range(len(panels)) if c % len(MODES) == 0
-                   for h in axes[0][c].get_legend_handles_labels()[0]]
-        labels = [f"{_NAMES.get(sched, sched)}, {load:g}x recorded rate"
-                  for sched in dict.fromkeys(s for s, _ in panels) for load in loads]
-        fig.legend(handles, labels, loc="lower center", ncol=len(loads) * 2, fontsize=6,
-                   frameon=False, bbox_to_anchor=(0.5, -0.03))
+                    ax.set_ylabel(wrapped(label, 1.6))
         if _positive(df["p99_e2el_victim_ms"]):
-            axes[1][0].set_yscale("log")
-        fig.suptitle(f"Evictions, victims' tail latency and SLO attainment per victim policy "
-                     f"({trace}; bars: load, light to dark)")
-        fig.tight_layout(rect=(0, 0.03, 1, 1))
+            log_ticks(axes[1][0], "y", inches=1.6)
+        fig_legend(fig, _load_handles(scheds, loads, patch=True),
+                   "bars: load, light to dark")
+        suptitle(fig, f"Evictions, victims' tail latency and SLO attainment per victim "
+                      f"policy ({VALUE_LABELS.get(trace, trace)})")
         return _save(fig, path)
 
 
@@ -176,46 +207,39 @@ def swap_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
     loads = sorted(df["load"].unique())
     scheds = [s for s in registry.names() if s in set(df["scheduler"])]
     x = np.arange(len(POLICIES))
+    modes = (("recompute", "-", "o", None), ("swap", "--", "s", HOLLOW_FACE))
+    width = COLUMN_IN if len(scheds) == 1 else PAGE_IN
     with style():
-        fig, axes = plt.subplots(2, len(scheds), figsize=(3.4 * len(scheds), 4.2),
-                                 squeeze=False)
+        fig, axes = plt.subplots(2, len(scheds), figsize=(width, 4.6), squeeze=False,
+                                 sharex=True, layout="constrained")
         for c, sched in enumerate(scheds):
             for k, load in enumerate(loads):
                 color = _load_shade(sched, k, len(loads))
-                for mode, ls, marker in (("recompute", "-", "o"), ("swap", "--", "s")):
+                for mode, ls, marker, face in modes:
                     s = df[(df["scheduler"] == sched) & (df["mode"] == mode)
                            & (df["load"] == load)]
                     s = s.set_index("policy").reindex(list(POLICIES))
-                    axes[0][c].plot(x, s["p99_e2el_ms"].to_numpy(dtype=float), ls,
-                                    marker=marker, ms=3, mfc="white" if mode == "swap" else None,
-                                    color=color, label=f"{load:g}x, {mode}")
+                    axes[0][c].plot(x, 1e-3 * s["p99_e2el_ms"].to_numpy(dtype=float), ls=ls,
+                                    marker=marker, mfc=face, color=color)
                     if mode == "swap":
                         axes[1][c].plot(x, 100 * s["swap_time_share"].to_numpy(dtype=float),
-                                        ls, marker=marker, ms=3, mfc="white", color=color,
-                                        label=f"{load:g}x")
-            for r, label in enumerate(("p99 E2E latency, all requests (ms)",
+                                        ls=ls, marker=marker, mfc=face, color=color)
+            for r, label in enumerate(("p99 E2E latency, all requests (s)",
                                        "copy time (% of busy time)")):
                 ax = axes[r][c]
-                ax.set_xticks(x, [p.replace("_", " ") for p in POLICIES], fontsize=5.5,
-                              rotation=40, ha="right", rotation_mode="anchor")
-                ax.grid(alpha=0.3)
+                _policy_axis(ax, labelled=r == 1)
                 if c == 0:
-                    ax.set_ylabel(label)
-            axes[0][c].set_title(_NAMES.get(sched, sched))
+                    ax.set_ylabel(wrapped(label, 1.6))
+            axes[0][c].set_title(SCHEDULER_NAMES.get(sched, sched))
             if _positive(df["p99_e2el_ms"]):
-                axes[0][c].set_yscale("log")
-        grey = "#555555"
-        proxies = [Line2D([], [], color=grey, ls="-", marker="o", ms=3, label="recompute"),
-                   Line2D([], [], color=grey, ls="--", marker="s", ms=3, mfc="white",
-                          label="swap")]
-        proxies += [Line2D([], [], color=shade(grey, 0.35 + 0.65 * k / max(len(loads) - 1, 1)),
-                           lw=2.5, label=f"{load:g}x recorded rate")
-                    for k, load in enumerate(loads)]
-        fig.legend(handles=proxies, loc="lower center", ncol=len(proxies), fontsize=6,
-                   frameon=False, bbox_to_anchor=(0.5, -0.03))
-        fig.suptitle(f"Recompute against swap: tail latency and copy cost per victim policy "
-                     f"({trace}; colour: scheduler, shade: load)")
-        fig.tight_layout(rect=(0, 0.03, 1, 1))
+                log_ticks(axes[0][c], "y", inches=1.6)
+        handles: list[Any] = [
+            LegendGroup(tuple(Line2D([], [], color=scheduler_color(s), ls=ls, marker=marker,
+                                     mfc=face) for s in scheds), mode)
+            for mode, ls, marker, face in modes]
+        fig_legend(fig, handles + _load_handles(scheds, loads, patch=False))
+        suptitle(fig, f"Recompute against swap: tail latency and copy cost per victim policy "
+                      f"({VALUE_LABELS.get(trace, trace)}; colour: scheduler, shade: load)")
         return _save(fig, path)
 
 

@@ -78,7 +78,7 @@ COMPARISON_METRICS: tuple[str, ...] = (
     "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
     "num_preemptions", "preemptions_per_1k_requests", "preempted_request_share",
     "max_restarts_per_request", "recomputed_tokens", "recomputed_token_share",
-    "prefix_cache_hit_rate", "prefix_recovery_on_resume",
+    "prefix_cache_hit_rate", "prefix_recovery_on_resume", "prefix_recovery_readmissions",
     "num_victims", "median_e2el_victim_ms", "median_e2el_nonvictim_ms",
     "victim_e2el_median_ratio",
     "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms", "mean_kv_utilization", "mean_batch_size",
@@ -564,6 +564,7 @@ METRIC_LABELS: dict[str, str] = {
     "recomputed_tokens": "Prefill recomputed (tokens)",
     "prefix_cache_hit_rate": "Prefix-cache hits at first admission (%)",
     "prefix_recovery_on_resume": "Prefix cache recovered on resume (%)",
+    "prefix_recovery_readmissions": "Readmissions after an eviction (count)",
     "p99_e2el_victim_ms": "Victims' P99 E2EL (ms)",
     "p99_e2el_nonvictim_ms": "Others' P99 E2EL (ms)",
     "victim_e2el_median_ratio": "Victims' / others' median E2EL (ratio)",
@@ -594,6 +595,7 @@ TERMINAL_LABELS: dict[str, str] = {
     "recomputed_token_share": "recomputed (%)",
     "prefix_cache_hit_rate": "hit, 1st admit (%)",
     "prefix_recovery_on_resume": "recovered (%)",
+    "prefix_recovery_readmissions": "readmissions",
     "median_e2el_victim_ms": "victims p50 (ms)",
     "p99_e2el_victim_ms": "victims p99 (ms)",
     "median_e2el_nonvictim_ms": "others p50 (ms)",
@@ -867,7 +869,7 @@ EVICTION_METRICS = (
     ("preempted_request_share", "requests evicted (%)", 100.0, "no data"),
     ("recomputed_token_share", "prefill recomputed (%)", 100.0, "no data"),
     ("prefix_recovery_on_resume", "prefix recovered on resume (%)", 100.0,
-     "no evictions: nothing resumed"),
+     "no readmissions: n/a"),
 )
 VICTIM_FIGURE_METRICS = ("median_e2el_victim_ms", "median_e2el_nonvictim_ms",
                          "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms")

@@ -180,7 +180,10 @@ class RealExecutorSchema:
     model group's `checkpoint` (e.g. model=smollm2_135m). `timer`: auto (min_of_k on a CPU,
     wall on a GPU) | wall | cpu (the process's CPU time, one torch thread) | min_of_k (each
     step's forward pass run `timer_repeats` times, the fastest kept: steady on a machine
-    shared with other work; DESIGN.md "The real executor's step clock").
+    shared with other work) | reference (min_of_k scaled by a fixed reference step's time
+    over its fastest pass beside the step's: a slowdown both share cancels;
+    `timer_reference_s` pins the reference's time, null: measured at start; DESIGN.md "The
+    real executor's step clock").
     `auto_kv_capacity_tokens`: the pool `kv_capacity_tokens=auto` (the default) gives this
     executor: auto sizes a simulated GPU's memory, which says nothing of the host or device
     the real model runs on, so the real executor takes this stated number instead (recorded
@@ -193,6 +196,7 @@ class RealExecutorSchema:
     device: str | None = None
     timer: str = "auto"
     timer_repeats: int = ranged(3, low=1, high=100)
+    timer_reference_s: float | None = ranged(None, low=0.0, low_open=True, high=3600.0)
     auto_kv_capacity_tokens: int = ranged(16384, low=1, high=1 << 40)
 
 
@@ -372,26 +376,41 @@ def _key_overrides(args: Sequence[str]) -> tuple[list[list[str]], list[tuple[str
     return combos or [[]], keys
 
 
-def explain_override_error(args: Sequence[str], config_dir: str,
-                           config_name: str = "config") -> str | None:
-    """When an override names a key that does not exist, a message naming it and listing the
-    valid keys at that level; None when every key exists (the failure is something else)."""
+CONF_DIR = str(PROJECT_ROOT / "conf")
+
+
+def compose_run_config(overrides: Sequence[str], config_dir: str | None = None,
+                       return_hydra_config: bool = False,
+                       config_name: str = "config") -> DictConfig:
+    """The run config `config_name` composes with `overrides`, as a job gets it: the schemas
+    registered, Hydra's global state cleared before and after (so a composition never leaks
+    into the next, nor into a Hydra app of the same process); with `return_hydra_config`,
+    Hydra's own node too. Hydra's errors propagate."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir or CONF_DIR, version_base=None):
+            return compose(config_name=config_name, overrides=list(overrides),
+                           return_hydra_config=return_hydra_config)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def explain_override_error(args: Sequence[str], config_dir: str,
+                           config_name: str = "config") -> str | None:
+    """When an override names a key that does not exist, a message naming it and listing the
+    valid keys at that level; None when every key exists (the failure is something else)."""
     combos, keys = _key_overrides(args)
     if not keys:
         return None
     for groups in combos:
-        GlobalHydra.instance().clear()
         try:
-            with initialize_config_dir(config_dir=config_dir, version_base=None):
-                cfg = compose(config_name=config_name, overrides=groups)
+            cfg = compose_run_config(groups, config_dir, config_name=config_name)
         except Exception:
             continue
-        finally:
-            GlobalHydra.instance().clear()
         for key, arg in keys:
             node: Any = cfg
             parts = key.split(".")

@@ -20,10 +20,7 @@ cd "$(dirname "$0")/.."
 source scripts/_wall_time.sh
 py=${PYTHON:-.venv/bin/python}
 export PYTHON=$py
-"$py" - <<'PY'
-from experiments.inputs.workloads.replay import trace_path
-trace_path(None, "azure2023/AzureLLMInferenceTrace_conv.csv")  # fails with the folder to fix
-PY
+"$py" scripts/check_traces.py azure_conv  # a missing trace stops it before any job
 columns=preemptions_per_1k_requests,preempted_request_share,recomputed_token_share,num_victims,victim_e2el_median_ratio,slo_attainment,median_e2el_ms
 study() { scripts/_study.sh sensitivity "$@"; }
 study a100_llama2_7b "Llama-2-7B, A100, measured (main)" "$columns"

@@ -248,7 +248,7 @@ def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[
         for j, metric in enumerate(PLOTTED):
             ax = axes[i][j]
             ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
-            has_data = False
+            has_data = nonzero = False
             for k, (s, agg, _) in enumerate(settings):
                 rows = agg[agg["scheduler"] == sched].sort_values(LOAD)
                 if rows.empty:
@@ -259,6 +259,7 @@ def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[
                 x = rows[LOAD].astype(float).to_numpy() + (k - (len(settings) - 1) / 2) * 0.008
                 y = rows[metric].to_numpy(dtype=float) * f
                 has_data = has_data or not all(math.isnan(v) for v in y)
+                nonzero = nonzero or any(v != 0 and not math.isnan(v) for v in y)
                 lo = rows[f"{metric}_ci_lo"].to_numpy(dtype=float) * f
                 hi = rows[f"{metric}_ci_hi"].to_numpy(dtype=float) * f
                 err = [[0 if math.isnan(a) else max(b - a, 0) for a, b in zip(lo, y, strict=True)],
@@ -267,6 +268,9 @@ def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[
                             capsize=2, label=s.label)
             if metric == "victim_e2el_median_ratio":
                 ax.axhline(1.0, color="0.6", lw=0.8)
+            if has_data and not nonzero:
+                ax.text(0.5, 0.6, "0 in every setting at every load", transform=ax.transAxes,
+                        ha="center", va="center", color="0.4", fontsize=9)
             if not has_data:
                 ax.text(0.5, 0.5, "no victims in any run", transform=ax.transAxes,
                         ha="center", va="center", color="0.4", fontsize=9)

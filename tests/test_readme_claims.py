@@ -15,7 +15,8 @@ from experiments.run.config import compose_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-SCRIPTS = ("preemption", "prefix_recovery", "victim_choice", "victim_policies", "real_model")
+SCRIPTS = ("preemption", "prefix_recovery", "victim_choice", "victim_policies", "real_model",
+           "sensitivity")
 
 
 def readme_timings() -> dict[str, str]:

@@ -1,0 +1,360 @@
+"""The cross-setting summary of the sensitivity study (scripts/reproduce_sensitivity.sh).
+
+    python scripts/sensitivity_report.py results/sensitivity
+
+reads, for every setting of `SETTINGS` present under the study folder, its per-job table
+(`<setting>/comparison.csv`, written by `python -m experiments.report`; the paired victim
+ratio from its `aggregated.csv`) and its capacity
+search (`runs/<setting>/capacity/capacity.json`, written by `python -m experiments.capacity`),
+and writes into the study folder:
+- `summary.csv`: one row per setting x scheduler x load x statistic: the mean over the
+  realisations, its 95 % bootstrap CI (`experiments.report.realizations.aggregate`, the same
+  statistics as every study's aggregated.md) and, for a victim statistic, the victims it
+  rests on;
+- `summary.md`: one table per statistic (a row per setting, a column per scheduler and load,
+  `mean [lo, hi]` and `n=` victims), and the capacity of every setting;
+- `sensitivity_vs_load.png/.pdf`: the headline statistics against load, one line per
+  setting, a row per scheduler; `capacity_by_setting.png/.pdf`: the capacities.
+Everything written is a function of those inputs (no dates, no paths), so a rerun rewrites
+it byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from experiments.report.realizations import CI_NOTE, REALIZATION, aggregate, ci_cell
+from experiments.report.tables import format_metric
+
+LOAD = "workload.load"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of the study: its folder and how the summary names it."""
+
+    folder: str
+    label: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("a100_llama2_7b", "Llama-2-7B, A100, measured (main)"),
+    Setting("a100_llama2_7b_fitted", "Llama-2-7B, A100, fitted"),
+    Setting("a100_llama3_8b", "Llama-3-8B, A100, fitted"),
+    Setting("h100_llama2_7b", "Llama-2-7B, H100, fitted"),
+    Setting("h100_llama3_8b", "Llama-3-8B, H100, fitted"),
+    Setting("vllm_block1", "main, vLLM block_size 1"),
+    Setting("sglang_page16", "main, SGLang page_size 16"),
+)
+# (metric of comparison.csv, label): the headline statistics of Q1
+STATISTICS: tuple[tuple[str, str], ...] = (
+    ("preemptions_per_1k_requests", "Evictions per 1,000 requests"),
+    ("preempted_request_share", "Requests evicted (%)"),
+    ("recomputed_token_share", "Prefill recomputed (%)"),
+    ("victim_e2el_median_ratio", "Victims' / others' median E2E latency (ratio)"),
+    ("matched_victim_ratio", "Victims' / length-matched others' E2E latency per token (ratio)"),
+    ("paired_victim_e2el_ratio", "Victims' E2E latency / the same request's under the other "
+     "scheduler (ratio)"),
+    ("slo_attainment", "SLO attainment (%)"),
+)
+# statistics read from the setting's aggregated.csv (the report pairs requests across the
+# schedulers; comparison.csv has no per-job column of it)
+FROM_AGGREGATED = ("paired_victim_e2el_ratio",)
+PLOTTED = ("preemptions_per_1k_requests", "recomputed_token_share", "victim_e2el_median_ratio")
+SCHEDULERS = ("vllm", "sglang")
+SCHEDULER_LABELS = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def load_setting(study: Path, setting: Setting) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+    """A setting's statistics aggregated over realisations (one row per scheduler x load) and
+    its capacity file; None when the setting has not been run."""
+    table = study / setting.folder / "comparison.csv"
+    capacity = study / "runs" / setting.folder / "capacity" / "capacity.json"
+    if not table.is_file():
+        return None
+    if not capacity.is_file():
+        raise SystemExit(f"{capacity}: missing (scripts/_study.sh writes it with the table "
+                         f"{table}); rerun the setting")
+    jobs = pd.read_csv(table)
+    agg = aggregate(jobs, ["scheduler", LOAD, REALIZATION],
+                    [m for m, _ in STATISTICS if m not in FROM_AGGREGATED])
+    aggregated = study / setting.folder / "aggregated.csv"
+    if aggregated.is_file():  # the statistics only the report's pairing computes
+        cols = [f"{m}{suffix}" for m in FROM_AGGREGATED
+                for suffix in ("", "_ci_lo", "_ci_hi", "_n")]
+        extra = pd.read_csv(aggregated)
+        agg = agg.merge(extra[["scheduler", LOAD, *[c for c in cols if c in extra]]],
+                        on=["scheduler", LOAD], how="left")
+    agg.insert(0, "setting", setting.folder)
+    return agg, json.loads(capacity.read_text())
+
+
+def long_rows(agg: pd.DataFrame) -> list[dict[str, Any]]:
+    """summary.csv's rows of one setting: setting, scheduler, load, statistic, mean, CI, n."""
+    rows = []
+    for _, r in agg.iterrows():
+        for m, _ in STATISTICS:
+            n = r.get(f"{m}_n")
+            rows.append({"setting": r["setting"], "scheduler": r["scheduler"], "load": r[LOAD],
+                         "realizations": int(r["n_realizations"]), "statistic": m,
+                         "mean": r.get(m), "ci_lo": r.get(f"{m}_ci_lo"),
+                         "ci_hi": r.get(f"{m}_ci_hi"),
+                         "victims": None if n is None or pd.isna(n) else int(n)})
+    return rows
+
+
+def cell(row: pd.Series, metric: str) -> str:
+    """`mean [lo, hi]` (and `n=` victims) of one statistic, as every aggregated.md writes it."""
+    n = row.get(f"{metric}_n")
+    return ci_cell(format_metric(metric, row.get(metric)),
+                   format_metric(metric, row.get(f"{metric}_ci_lo")),
+                   format_metric(metric, row.get(f"{metric}_ci_hi")),
+                   None if n is None or pd.isna(n) else int(n))
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def capacity_rows(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
+                  ) -> list[list[str]]:
+    """Per setting and scheduler: the capacity found (rate_scale and req/s), its bracket,
+    the probes, the KV pool and context of its jobs."""
+    rows = []
+    for s, _agg, cap in settings:
+        for sched, entry in cap["schedulers"].items():
+            value = entry.get("capacity")
+            bracket = entry.get("bracket") or [None, None]
+            req = entry.get("capacity_request_rate")
+            rows.append([s.label, SCHEDULER_LABELS.get(sched, sched),
+                         "n/a" if value is None else f"{value:.4g}",
+                         "n/a" if req is None else f"{req:.2f}",
+                         f"[{bracket[0]:.4g}, {bracket[1]:.4g})"
+                         if None not in bracket else "n/a",
+                         str(len(entry.get("probes") or []))])
+    return rows
+
+
+def first_summaries(study: Path, setting: Setting) -> dict[str, dict[str, Any]]:
+    """Per scheduler, the summary.json of the setting's first job (the lowest job number):
+    what every job of the setting shares (timing source, loop, limits, pool, context)."""
+    found: dict[str, dict[str, Any]] = {}
+    sweep = study / "runs" / setting.folder / "sweep"
+    jobs = sorted((p for p in sweep.glob("*/summary.json") if p.parent.name.isdigit()),
+                  key=lambda p: int(p.parent.name))
+    for path in jobs:
+        summary = json.loads(path.read_text())
+        found.setdefault(str(summary["scheduler"]), summary)
+    return found
+
+
+def setting_rows(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
+                 ) -> list[list[str]]:
+    """Per setting and scheduler, from its jobs' summary.json and its capacity file: model,
+    GPU, step-time source, engine loop, batch limits, KV pool, context, block / page size."""
+    rows = []
+    for s, _agg, cap in settings:
+        for sched, summary in first_summaries(study, s).items():
+            limits = summary.get("scheduler_limits") or {}
+            config = cap["schedulers"].get(sched, {}).get("scheduler_config", {})
+            page = config.get("block_size", config.get("page_size"))
+            rows.append([s.label, SCHEDULER_LABELS.get(sched, sched), str(summary["model"]),
+                         str(summary["hardware"]), str(summary["step_time_source"]),
+                         str(summary["engine_loop"]),
+                         ", ".join(f"{k}={v['value']}" for k, v in sorted(limits.items())),
+                         f"{int(summary['kv_capacity_tokens']):,}",
+                         f"{int(summary['max_model_len']):,}", str(page)])
+    return rows
+
+
+def window_rows(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
+                jobs: dict[str, pd.DataFrame]) -> list[list[str]]:
+    """Per realisation (trace window), the requests offered after the prompt filter, from the
+    first setting's jobs (the filter and the windows are the same in every setting)."""
+    s, _agg, cap = settings[0]
+    window = int(cap.get("config", {}).get("workload", {}).get("max_requests") or 0)
+    frame = jobs[s.folder]
+    rows = []
+    for k, group in frame.groupby(REALIZATION, sort=True):
+        offered = sorted({int(x) for x in group["offered"]})
+        rows.append([str(k), str(window), ", ".join(str(o) for o in offered),
+                     ", ".join(str(window - o) for o in offered)])
+    return rows
+
+
+def write_markdown(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
+                   jobs: dict[str, pd.DataFrame]) -> None:
+    loads = sorted({float(x) for _, agg, _ in settings for x in agg[LOAD]})
+    out = ["# Sensitivity of Q1: the headline statistics in every setting", "",
+           "Each setting's own tables (aggregated.md, by_scheduler.md, victims_*.csv) and "
+           "figures are in its folder; this summary is written by "
+           "`python scripts/sensitivity_report.py results/sensitivity`. Loads are fractions of "
+           "each scheduler's own capacity in that setting (table at the end).", "",
+           f"{CI_NOTE}.", ""]
+    header = ["setting"] + [f"{SCHEDULER_LABELS[s]} {load:g}x" for s in SCHEDULERS
+                            for load in loads]
+    for metric, label in STATISTICS:
+        rows = []
+        for s, agg, _ in settings:
+            cells = []
+            for sched in SCHEDULERS:
+                for load in loads:
+                    match = agg[(agg["scheduler"] == sched) & (agg[LOAD].astype(float) == load)]
+                    cells.append("-" if match.empty else cell(match.iloc[0], metric))
+            rows.append([s.label, *cells])
+        out += [f"## {label}", "", markdown_table(header, rows), ""]
+    out += ["## Settings (from each setting's summary.json and capacity.json)", "",
+            markdown_table(["setting", "scheduler", "model", "GPU", "step time", "loop",
+                            "batch limits", "KV pool (slots)", "context", "block / page"],
+                           setting_rows(study, settings)), "",
+            "## Trace windows (Azure 2023 conv; realisation k: the k-th block of requests)",
+            "", markdown_table(["realisation", "requests in the window", "offered",
+                                "dropped (prompt over max_input_len)"],
+                               window_rows(settings, jobs)), ""]
+    out += ["## Capacity (the highest workload.rate_scale with mean SLO attainment >= 0.9 over "
+            "5 windows)", "",
+            markdown_table(["setting", "scheduler", "rate_scale", "req/s", "bracket", "probes"],
+                           capacity_rows(settings)), ""]
+    (study / "summary.md").write_text("\n".join(out))
+
+
+def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
+                  ) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = [plt.get_cmap("tab10")(i) for i in range(10)]
+    markers = "osD^vPX"
+    fig, axes = plt.subplots(len(SCHEDULERS), len(PLOTTED), figsize=(13, 7.2), sharex=True,
+                             squeeze=False)
+    labels = dict(STATISTICS)
+    scale = {"preempted_request_share": 100.0, "recomputed_token_share": 100.0}
+    for i, sched in enumerate(SCHEDULERS):
+        for j, metric in enumerate(PLOTTED):
+            ax = axes[i][j]
+            ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+            has_data = nonzero = False
+            for k, (s, agg, _) in enumerate(settings):
+                rows = agg[agg["scheduler"] == sched].sort_values(LOAD)
+                if rows.empty:
+                    continue
+                f = scale.get(metric, 1.0)
+                # a small offset per setting, centred on the load, so error bars do not hide
+                # each other
+                x = rows[LOAD].astype(float).to_numpy() + (k - (len(settings) - 1) / 2) * 0.008
+                y = rows[metric].to_numpy(dtype=float) * f
+                has_data = has_data or not all(math.isnan(v) for v in y)
+                nonzero = nonzero or any(v != 0 and not math.isnan(v) for v in y)
+                lo = rows[f"{metric}_ci_lo"].to_numpy(dtype=float) * f
+                hi = rows[f"{metric}_ci_hi"].to_numpy(dtype=float) * f
+                err = [[0 if math.isnan(a) else max(b - a, 0) for a, b in zip(lo, y, strict=True)],
+                       [0 if math.isnan(c) else max(c - b, 0) for b, c in zip(y, hi, strict=True)]]
+                ax.errorbar(x, y, yerr=err, color=colors[k], marker=markers[k], ms=4, lw=1.2,
+                            capsize=2, label=s.label)
+            if metric == "victim_e2el_median_ratio":
+                ax.axhline(1.0, color="0.6", lw=0.8)
+            if has_data and not nonzero:
+                ax.text(0.5, 0.6, "0 in every setting at every load", transform=ax.transAxes,
+                        ha="center", va="center", color="0.4", fontsize=9)
+            if not has_data:
+                ax.text(0.5, 0.5, "no victims in any run", transform=ax.transAxes,
+                        ha="center", va="center", color="0.4", fontsize=9)
+            ax.set_title(f"{SCHEDULER_LABELS[sched]}: {labels[metric]}", fontsize=9.5)
+            if i == len(SCHEDULERS) - 1:
+                ax.set_xlabel("load (x the scheduler's own capacity; 1 = saturation)")
+            ax.grid(alpha=0.3)
+    handles, names = [], []
+    for ax in axes.flat:
+        for h, n in zip(*ax.get_legend_handles_labels(), strict=True):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
+    fig.suptitle("Q1 across settings: Azure conv, 5 windows of 300 requests per point "
+                 "(mean, 95 % CI); an empty ratio: no victims", fontsize=10.5)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+    for ext in ("png", "pdf"):
+        fig.savefig(study / f"sensitivity_vs_load.{ext}", dpi=150,
+                    metadata={"CreationDate": None} if ext == "pdf" else {})
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    width = 0.38
+    for i, sched in enumerate(SCHEDULERS):
+        xs: list[float] = []
+        ys: list[float] = []
+        errs: list[list[float]] = [[], []]
+        for k, (_s, _, cap) in enumerate(settings):
+            entry = cap["schedulers"].get(sched)
+            if not entry or entry.get("capacity_request_rate") is None:
+                continue
+            req = float(entry["capacity_request_rate"])
+            # the bracket in rate_scale, as req/s at the same ratio
+            hi = (entry.get("bracket") or [None, None])[1]
+            per = req / float(entry["capacity"])
+            xs.append(k + (i - 0.5) * width)
+            ys.append(req)
+            errs[0].append(0.0)
+            errs[1].append(max(float(hi) * per - req, 0.0) if hi is not None else 0.0)
+        for bar_x, bar_y in zip(xs, ys, strict=True):
+            ax.annotate(f"{bar_y:.2f}", (bar_x, bar_y), xytext=(0, 9), textcoords="offset points",
+                        ha="center", fontsize=7.5)
+        ax.bar(xs, ys, width, yerr=errs, capsize=3, color=colors[i],
+               label=SCHEDULER_LABELS[sched])
+    ax.set_xticks(range(len(settings)))
+    ax.set_xticklabels([s.label.replace(", ", "\n", 1) for s, _, _ in settings], fontsize=8)
+    ax.set_ylabel("capacity (req/s at mean SLO attainment >= 0.9)")
+    ax.set_title("SLO capacity per setting (Azure conv, 5 windows of 300 requests; whisker: "
+                 "the upper end of the search's bracket)", fontsize=10.5)
+    ax.legend(fontsize=8.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(study / f"capacity_by_setting.{ext}", dpi=150,
+                    metadata={"CreationDate": None} if ext == "pdf" else {})
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", type=Path, help="the study folder (results/sensitivity)")
+    parser.add_argument("--no-figures", action="store_true")
+    args = parser.parse_args(argv)
+    settings = []
+    for s in SETTINGS:
+        loaded = load_setting(args.study, s)
+        if loaded is not None:
+            settings.append((s, *loaded))
+    if not settings:
+        raise SystemExit(f"{args.study}: no setting folder with a comparison.csv "
+                         f"(expected some of {', '.join(s.folder for s in SETTINGS)})")
+    rows = [r for _, agg, _ in settings for r in long_rows(agg)]
+    pd.DataFrame(rows).to_csv(args.study / "summary.csv", index=False)
+    jobs = {s.folder: pd.read_csv(args.study / s.folder / "comparison.csv")
+            for s, _, _ in settings}
+    write_markdown(args.study, settings, jobs)
+    if not args.no_figures:
+        write_figures(args.study, settings)
+    print(f"wrote {args.study}/summary.md, summary.csv"
+          + ("" if args.no_figures else ", sensitivity_vs_load.png, capacity_by_setting.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

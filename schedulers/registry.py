@@ -116,7 +116,10 @@ class SchedulerEntry:
     (`schedulers.device_defaults`), and `device_defaults(fields, device)` resolves them:
     the fields as the config gives them (None: unset; the context field already set) and
     the device, to a `Setting` (value and source) per device field; an explicit value keeps
-    its own, with source "config".
+    its own, with source "config". `derived_limits(config)`, when given, adds the limits the
+    built config derives from the others (e.g. SGLang's running-request cap from the pool
+    and the context), with their sources, to the same record (summary.json
+    `scheduler_limits`).
 
     Where it appears: `label` and `color` in tables and figures; `in_default_comparison`
     entries make up `names()` (what `${schedulers:}` sweeps, the demo and the bench scripts
@@ -145,6 +148,7 @@ class SchedulerEntry:
     loop_fallback: Callable[[Mapping[str, Any]], LoopFallback | None] | None = None
     device_fields: tuple[str, ...] = ()
     device_defaults: Callable[[Mapping[str, Any], DeviceSpec], Mapping[str, Setting]] | None = None
+    derived_limits: Callable[[Any], Mapping[str, Setting]] | None = None
     in_default_comparison: bool = True
     test_only: bool = False
 

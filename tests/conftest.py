@@ -50,19 +50,10 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
     """The run config conf/config.yaml composes with `overrides`, as a job gets it (the
     schemas registered; Hydra's global state cleared before and after); with
     `return_hydra_config`, Hydra's own node too."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from experiments.run.config import compose_run_config
 
-    from experiments.run.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return compose(config_name="config", overrides=list(overrides),
-                           return_hydra_config=return_hydra_config)
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config(overrides, str(ROOT / "conf"),
+                              return_hydra_config=return_hydra_config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

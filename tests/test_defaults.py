@@ -44,7 +44,7 @@ def test_the_default_workload_fits_the_default_models_context() -> None:
     ("vllm", "batch_queue", "config (async_scheduling=true)",
      {"max_num_batched_tokens": 2048, "max_num_seqs": 256}),
     ("sglang", "overlap", "config (disable_overlap_schedule=false)",
-     {"chunked_prefill_size": 8192}),
+     {"chunked_prefill_size": 8192, "max_running_requests": 4096}),
 ])
 def test_a_default_run_records_where_each_default_came_from(
         tmp_path: Path, scheduler: str, loop: str, source: str, limits: dict[str, int]) -> None:
@@ -58,7 +58,13 @@ def test_a_default_run_records_where_each_default_came_from(
     got = {k: v["value"] for k, v in summary["scheduler_limits"].items()}
     assert got == limits
     # the A100 rules of both launchers (vLLM PR #17885's exception; SGLang's < 90 GiB band)
-    assert all("A100-SXM4-80GB" in v["source"] for v in summary["scheduler_limits"].values())
+    device_sized = ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill_size")
+    assert all("A100-SXM4-80GB" in v["source"] for k, v in summary["scheduler_limits"].items()
+               if k in device_sized)
+    if scheduler == "sglang":  # derived from the pool and the context, not the device
+        assert summary["scheduler_limits"]["max_running_requests"]["source"] == (
+            "sglang 0.5.22 resolve_max_num_reqs: 124688 token slots, context 4096; "
+            "max(min(slots / context x 512, 4096), 2048), at most slots / 2")
     assert summary["completed"] == 24 and summary["warnings"] == []
 
 

@@ -148,6 +148,8 @@ def test_summary_records_each_limit_with_its_source(tmp_path: Path) -> None:
         "max_num_batched_tokens": {"value": 2048, "source": "vllm 0.32.0 get_batch_defaults: "
                                    "NVIDIA A100-SXM4-80GB 80.0 GiB (>= 70 GiB but an A100)"},
         "max_num_seqs": {"value": 64, "source": "config"}}
-    sglang = run_job(tmp_path / "sglang", "scheduler=sglang", "scheduler.chunked_prefill_size=-1")
-    assert sglang["scheduler_limits"] == {"chunked_prefill_size": {"value": -1,
-                                                                   "source": "config"}}
+    sglang = run_job(tmp_path / "sglang", "scheduler=sglang", "scheduler.chunked_prefill_size=-1",
+                     "scheduler.max_running_requests=32")
+    assert sglang["scheduler_limits"] == {
+        "chunked_prefill_size": {"value": -1, "source": "config"},
+        "max_running_requests": {"value": 32, "source": "config"}}

@@ -9,11 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from experiments.report.figures import figure_stem
-from experiments.run.config import register_configs
+from experiments.run.config import compose_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -77,14 +75,8 @@ def test_readme_names_the_figures_the_demo_writes() -> None:
 
 @pytest.mark.parametrize("launcher", ["local", "joblib"])
 def test_readme_gives_each_launchers_worker_count(launcher: str) -> None:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"],
-                          return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_run_config([f"hydra/launcher={launcher}"], str(ROOT / "conf"),
+                             return_hydra_config=True)
     said = re.search(rf"`hydra/launcher={launcher}`[^`]*(?:`[^`]*`[^`]*)*?`n_jobs=(-?\d+)`",
                      README)
     assert said, f"README.md does not say hydra/launcher={launcher}'s n_jobs"

@@ -16,11 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
-from experiments.run.config import register_configs
+from experiments.run.config import compose_run_config
 from experiments.run.main import run_experiment
 from tests.real_model import real_model_test
 
@@ -31,14 +29,7 @@ LENGTHS = "conf/lengths/real_model_pressure.json"
 
 def job_config(*overrides: str, hydra: bool = False) -> DictConfig:
     """conf/config.yaml with `overrides` (and Hydra's own node with `hydra`)."""
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return compose(config_name="config", overrides=list(overrides),
-                           return_hydra_config=hydra)
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config(list(overrides), str(ROOT / "conf"), return_hydra_config=hydra)
 
 
 def preset(*overrides: str, hydra: bool = False) -> DictConfig:

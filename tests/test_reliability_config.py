@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-from experiments.run.config import register_configs
+from experiments.run.config import compose_run_config
 from experiments.run.main import run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,13 +15,7 @@ TINY = ["workload.num_requests=5", "progress=off"]
 
 
 def job_config(*overrides: str) -> DictConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return compose(config_name="config", overrides=[*TINY, *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config([*TINY, *overrides], str(ROOT / "conf"))
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -9,15 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from engines.engine import Engine, InvariantViolation
 from engines.records import Recorder
 from experiments.inputs.workloads import build_workload
 from experiments.run.build import build_executor, build_hardware, build_model, build_scheduler
-from experiments.run.config import register_configs
+from experiments.run.config import compose_run_config
 from experiments.run.main import invariant_check, run_experiment
 from schedulers import registry
 from schedulers.contract import Scheduler
@@ -28,13 +26,7 @@ TINY = ["workload.num_requests=30", "workload.request_rate=200", "kv_capacity_to
 
 
 def job_config(*overrides: str) -> DictConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return compose(config_name="config", overrides=[*TINY, *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config([*TINY, *overrides], str(ROOT / "conf"))
 
 
 def engine(cfg: DictConfig, check: Callable[[Scheduler], None] | None) -> Engine:

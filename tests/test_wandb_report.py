@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 import wandb
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from experiments.results.sinks import json_safe
-from experiments.run.config import register_configs
+from experiments.run.config import compose_run_config
 from experiments.run.main import run_experiment
 from experiments.run.wandb_log import (
     HISTORY_PREFIX,
@@ -37,13 +35,7 @@ RATES = (50, 400)
 
 
 def job_config(*overrides: str) -> DictConfig:
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return compose(config_name="config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config(list(overrides), str(ROOT / "conf"))
 
 
 def read_back(run_dir: Path) -> OfflineRun:

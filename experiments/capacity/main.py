@@ -87,30 +87,19 @@ def _split(overrides: Sequence[str]) -> tuple[list[str] | None, list[str]]:
 def compose(overrides: Sequence[str]) -> DictConfig:
     """The run config `python -m experiments.run OVERRIDES` would run, checked as it checks
     a command line (one line on an error)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from experiments.run.config import register_configs
-    from experiments.run.main import CONF_DIR
+    from experiments.run.config import CONF_DIR, compose_run_config
     from experiments.run.preflight import check_command_line
 
     problem = check_command_line(list(overrides), CONF_DIR)
     if problem:
         raise ConfigError(problem)
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-            return hydra_compose(config_name="config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config(overrides)
 
 
 def default_schedulers(overrides: Sequence[str]) -> list[str]:
     """The schedulers a multirun of these overrides sweeps (the preset's or the default
     comparison)."""
-    from experiments.run.main import CONF_DIR
+    from experiments.run.config import CONF_DIR
     from experiments.run.preflight import configured_schedulers
 
     groups = [o for o in overrides if o.split("=", 1)[0] == "experiment"]

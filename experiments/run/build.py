@@ -248,10 +248,14 @@ def build_job_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,
         return JobScheduler(sched, {}, Setting(loop.name, f"scheduler.target {target}"))
     entry = registry.get(name)
     resolved = scheduler_fields(entry, fields, max_model_len, device)
-    sched = entry.build(entry.config(kv_capacity_tokens, **resolved.fields))
+    config = entry.config(kv_capacity_tokens, **resolved.fields)
+    sched = entry.build(config)
+    limits = dict(resolved.settings)
+    if entry.derived_limits is not None:
+        limits.update(entry.derived_limits(config))
     warning = (f"engine loop: {entry.name} runs {resolved.loop.value}: {resolved.loop.source}"
                if resolved.loop_fallback else None)
-    return JobScheduler(sched, resolved.settings, resolved.loop, warning)
+    return JobScheduler(sched, limits, resolved.loop, warning)
 
 
 def build_scheduler(cfg_scheduler: Mapping[str, Any] | DictConfig,

@@ -372,26 +372,41 @@ def _key_overrides(args: Sequence[str]) -> tuple[list[list[str]], list[tuple[str
     return combos or [[]], keys
 
 
-def explain_override_error(args: Sequence[str], config_dir: str,
-                           config_name: str = "config") -> str | None:
-    """When an override names a key that does not exist, a message naming it and listing the
-    valid keys at that level; None when every key exists (the failure is something else)."""
+CONF_DIR = str(PROJECT_ROOT / "conf")
+
+
+def compose_run_config(overrides: Sequence[str], config_dir: str | None = None,
+                       return_hydra_config: bool = False,
+                       config_name: str = "config") -> DictConfig:
+    """The run config `config_name` composes with `overrides`, as a job gets it: the schemas
+    registered, Hydra's global state cleared before and after (so a composition never leaks
+    into the next, nor into a Hydra app of the same process); with `return_hydra_config`,
+    Hydra's own node too. Hydra's errors propagate."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir or CONF_DIR, version_base=None):
+            return compose(config_name=config_name, overrides=list(overrides),
+                           return_hydra_config=return_hydra_config)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def explain_override_error(args: Sequence[str], config_dir: str,
+                           config_name: str = "config") -> str | None:
+    """When an override names a key that does not exist, a message naming it and listing the
+    valid keys at that level; None when every key exists (the failure is something else)."""
     combos, keys = _key_overrides(args)
     if not keys:
         return None
     for groups in combos:
-        GlobalHydra.instance().clear()
         try:
-            with initialize_config_dir(config_dir=config_dir, version_base=None):
-                cfg = compose(config_name=config_name, overrides=groups)
+            cfg = compose_run_config(groups, config_dir, config_name=config_name)
         except Exception:
             continue
-        finally:
-            GlobalHydra.instance().clear()
         for key, arg in keys:
             node: Any = cfg
             parts = key.split(".")

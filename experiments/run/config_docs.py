@@ -271,18 +271,9 @@ def _table(rows: list[tuple[str, str, str, str, str]], prefix: str) -> str:
 
 
 def _compose(overrides: list[str]) -> DictConfig:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from experiments.run.config import compose_run_config
 
-    from experiments.run.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return compose(config_name="config", overrides=overrides)
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config(overrides, str(CONF_DIR))
 
 
 def _first_comment(path: Path) -> str:

@@ -51,7 +51,6 @@ from experiments.inputs.input_changes import ContextCapCounter, context_limit
 from experiments.inputs.input_files import input_fingerprints
 from experiments.inputs.workloads import stream_workload, workload_seed
 from experiments.inputs.workloads.realization import check_realization, realization_seed
-from experiments.paths import PROJECT_ROOT
 from experiments.results.arrow_pandas import defer_pandas_import
 from experiments.results.job_folder import (
     FolderBusyError,
@@ -89,7 +88,12 @@ from experiments.run.build import (
     step_time_source,
 )
 from experiments.run.caveats import run_warnings
-from experiments.run.config import explain_override_error, register_configs, to_container
+from experiments.run.config import (
+    CONF_DIR,
+    explain_override_error,
+    register_configs,
+    to_container,
+)
 from experiments.run.host_load import load_fields, overload_warning, sample_host_load
 from experiments.run.load import resolve_load
 from experiments.run.orphan_guard import exit_with_parent
@@ -115,7 +119,6 @@ from schedulers import registry
 from schedulers.contract import Request, Scheduler, SelfCheckingScheduler
 
 log = logging.getLogger(__name__)
-CONF_DIR = str(PROJECT_ROOT / "conf")
 register_configs()
 
 

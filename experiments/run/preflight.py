@@ -82,20 +82,12 @@ def configured_schedulers(config_dir: str, groups: list[str], multirun: bool) ->
     """The schedulers the config runs without a `scheduler=` override: those that
     `hydra.sweeper.params` sweeps in a multirun (after the given group choices, e.g. an
     experiment preset), else the default scheduler."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from experiments.run.config import compose_run_config
 
-    from experiments.run.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=config_dir, version_base=None):
-            cfg = compose(config_name="config", overrides=groups, return_hydra_config=True)
+        cfg = compose_run_config(groups, config_dir, return_hydra_config=True)
     except Exception:  # the run itself reports a config that does not compose
         return []
-    finally:
-        GlobalHydra.instance().clear()
     swept = OmegaConf.select(cfg, "hydra.sweeper.params.scheduler", default=None)
     if swept is None or not multirun:
         return [str(cfg.scheduler.name)]
@@ -297,25 +289,16 @@ def check_command_line(argv: Sequence[str], config_dir: str) -> str | None:
     """Compose the configs of a command line (`_command_configs`) before Hydra runs anything
     and check them (`check_config`): one line saying what is wrong (a missing option or key,
     a value of the wrong type or out of its range), or None when all compose and pass."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from experiments.run.config import register_configs
+    from experiments.run.config import compose_run_config
 
     combos = _command_configs(argv)
     if not combos:
         return None
-    register_configs()
     for overrides in combos:
-        GlobalHydra.instance().clear()
         try:
-            with initialize_config_dir(config_dir=config_dir, version_base=None):
-                cfg = compose(config_name="config", overrides=overrides)
+            cfg = compose_run_config(overrides, config_dir)
         except Exception as e:
-            GlobalHydra.instance().clear()
             return composition_error(e, overrides, config_dir)
-        finally:
-            GlobalHydra.instance().clear()
         try:
             check_config(cfg)
         except ConfigError as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schedulers.device_defaults import FROM_CONFIG, Setting
 from schedulers.registry import LoopChoice, LoopFallback, SchedulerEntry, register
 from schedulers.sglang.build import build_scheduler
 from schedulers.sglang.config import SglangSchedulerConfig
@@ -36,6 +37,19 @@ def _loop_fallback(fields: Mapping[str, Any]) -> LoopFallback | None:
     return None
 
 
+def _derived_limits(config: SglangSchedulerConfig) -> dict[str, Setting]:
+    """The running-request cap as the job runs it, and where it came from."""
+    cap = config.resolved_max_running_requests
+    if config.max_running_requests is not None:
+        return {"max_running_requests": Setting(cap, FROM_CONFIG)}
+    slots = config.kv_capacity_tokens
+    context = (f"context {config.context_length}" if config.context_length is not None
+               else "context unknown: estimate 2048")
+    return {"max_running_requests": Setting(cap, (
+        f"sglang 0.5.22 resolve_max_num_reqs: {slots} token slots, {context}; "
+        "max(min(slots / context x 512, 4096), 2048), at most slots / 2"))}
+
+
 ENTRY = register(SchedulerEntry(
     name="sglang", config_cls=SglangSchedulerConfig, build=build_scheduler,
     capacity_field="max_total_tokens", context_field="context_length",
@@ -46,6 +60,7 @@ ENTRY = register(SchedulerEntry(
     conformance=sglang_scheduler_from_conformance,
     # unset: sized by the GPU's memory as SGLang's launcher sizes it (handle_gpu_memory_settings)
     device_fields=DEVICE_FIELDS, device_defaults=device_defaults,
+    derived_limits=_derived_limits,
     # upstream's event_loop_normal, or its event_loop_overlap (a plain SGLang server)
     loops=(LoopChoice("synchronous", (("disable_overlap_schedule", True),)),
            LoopChoice("overlap", (("disable_overlap_schedule", False),))),

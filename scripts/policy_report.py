@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The victim-policy study's summary (scripts/reproduce_victim_policies.sh).
 
-    python scripts/policy_report.py OUT PART [PART ...] --capacity CAPACITY_JSON
+    python scripts/policy_report.py OUT PART [PART ...] --capacity CAPACITY_JSON [--load L]
 
 reads `OUT/<PART>/comparison.csv` (written by `experiments.report` for each part's
 multirun, one per scheduler, which sweeps `scheduler.preemption_mode`,
 `scheduler.victim_policy`, `workload.rate_scale` and `workload.realization`), turns each
 run's `workload.rate_scale` into its load, a fraction of its scheduler's capacity in
-CAPACITY_JSON (`python -m experiments.capacity`, the default policy in recompute mode), and
-writes into OUT:
+CAPACITY_JSON (`python -m experiments.capacity`, the default policy in recompute mode; a
+part that ran one rate: `--load`), and writes into OUT:
 - `runs.csv`: one row per run (scheduler, mode, load, policy, realisation) with the study's
   metrics (`STUDY_METRICS`);
 - `policies.csv` / `policies.md`: per scheduler, mode, load and policy, each metric's mean
@@ -84,24 +84,29 @@ def read_capacity(path: str | Path) -> dict[str, float]:
     return {n: float(c) for n, c in out.items()}
 
 
-def load_runs(out: Path, parts: Sequence[str], capacity: dict[str, float]) -> pd.DataFrame:
+def load_runs(out: Path, parts: Sequence[str], capacity: dict[str, float],
+              load: float | None = None) -> pd.DataFrame:
     """One row per run of every part's comparison.csv: `KEYS`, the realisation, the status,
     then `STUDY_METRICS`; `load` = the run's `workload.rate_scale` over its scheduler's
-    capacity, rounded to 0.01."""
+    capacity, rounded to 0.01, or `load` itself for a part whose sweep did not vary the
+    rate (one load: comparison.csv has no `workload.rate_scale` column)."""
     frames = []
     for part in parts:
         df = pd.read_csv(out / part / "comparison.csv").rename(columns=_RENAME)
         for key, default in (("mode", "recompute"), ("policy", "default"), ("realization", 0)):
             if key not in df:
                 df[key] = default  # a sweep that did not vary it
-        if "workload.rate_scale" not in df:
-            raise ValueError(f"{part}/comparison.csv has no workload.rate_scale column: its "
-                             "sweep must vary the rate (two loads or more)")
         unknown = sorted(set(df["scheduler"]) - set(capacity))
         if unknown:
             raise ValueError(f"{part}: no capacity for scheduler(s) {', '.join(unknown)}")
-        df["load"] = [round(float(r) / capacity[s], 2)
-                      for r, s in zip(df["workload.rate_scale"], df["scheduler"], strict=True)]
+        if "workload.rate_scale" in df:
+            df["load"] = [round(float(r) / capacity[s], 2) for r, s in
+                          zip(df["workload.rate_scale"], df["scheduler"], strict=True)]
+        elif load is not None:
+            df["load"] = float(load)
+        else:
+            raise ValueError(f"{part}/comparison.csv has no workload.rate_scale column (its "
+                             "sweep ran one rate): give that rate's load with --load")
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     order = {p: i for i, p in enumerate(POLICIES)}
@@ -206,8 +211,9 @@ def _positive(values: pd.Series) -> bool:
 
 
 def _load_shade(sched: str, k: int, n: int) -> tuple[float, float, float]:
-    """The scheduler's colour (the shared figures' one), light at the lowest load."""
-    return shade(scheduler_color(sched), 0.35 + 0.65 * k / max(n - 1, 1))
+    """The scheduler's colour (the shared figures' one), light at the lowest load (the
+    colour itself when there is one load)."""
+    return shade(scheduler_color(sched), 0.35 + 0.65 * k / (n - 1) if n > 1 else 1.0)
 
 
 def _series(g: pd.DataFrame, metric: str, scale: float = 1.0
@@ -320,10 +326,11 @@ def swap_figure(stats: pd.DataFrame, path: Path) -> Path:
 
 
 def write_policy_report(out: str | Path, parts: Sequence[str], capacity_file: str | Path,
-                        figures: bool = True) -> dict[str, Path]:
-    """Write the study's summary tables and figures into `out` (see the module docstring)."""
+                        figures: bool = True, load: float | None = None) -> dict[str, Path]:
+    """Write the study's summary tables and figures into `out` (see the module docstring);
+    `load`: the load of parts that ran one rate (`load_runs`)."""
     root = Path(out)
-    runs = load_runs(root, parts, read_capacity(capacity_file))
+    runs = load_runs(root, parts, read_capacity(capacity_file), load)
     stats = policy_stats(runs)
     vs = versus_default(runs)
     n_real = int(stats["n_realizations"].max()) if len(stats) else 0
@@ -357,9 +364,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("parts", nargs="+")
     ap.add_argument("--capacity", required=True,
                     help="capacity.json of the default policy in recompute mode")
+    ap.add_argument("--load", type=float, default=None,
+                    help="the load of parts whose sweep ran one rate (x capacity)")
     ap.add_argument("--no-figures", action="store_true")
     args = ap.parse_args(argv)
-    paths = write_policy_report(args.out, args.parts, args.capacity, not args.no_figures)
+    paths = write_policy_report(args.out, args.parts, args.capacity, not args.no_figures,
+                                args.load)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 

@@ -12,7 +12,8 @@
 #      realisations per load;
 #   3. per scheduler, python -m experiments.report (tables only) into results/victim_policies/
 #      <scheduler>/, then scripts/policy_report.py for the summary tables and figures.
-# LOADS (default "1 1.5"): the loads, fractions of capacity. Raw runs: results/victim_policies/
+# LOADS (default "1.25", just past the knee: one load keeps the 140 runs within the time
+# budget): the loads, fractions of capacity, space-separated. Raw runs: results/victim_policies/
 # runs/ (git-ignored).
 set -euo pipefail
 start=$SECONDS
@@ -21,7 +22,7 @@ source scripts/_wall_time.sh
 py=${PYTHON:-.venv/bin/python}
 out=results/victim_policies
 runs=$out/runs
-read -r -a loads <<< "${LOADS:-1 1.5}"
+read -r -a loads <<< "${LOADS:-1.25}"
 columns=num_preemptions,preempted_request_share,recomputed_token_share,p99_e2el_victim_ms,p99_e2el_nonvictim_ms,p99_e2el_ms,request_goodput,slo_attainment,num_swap_out,num_swap_fallbacks,swap_time_share
 export CI=${CI:-true}  # no progress bars in the workers
 rm -rf "$runs"
@@ -68,5 +69,7 @@ PY
     "$py" -m experiments.report "$runs/$sched" --out "$out/$sched" --no-figures \
         --title "Victim policies: ${sched}" --columns "$columns" > /dev/null
 done
-"$py" scripts/policy_report.py "$out" vllm sglang --capacity "$capacity"
+one_load=()
+[ "${#loads[@]}" -eq 1 ] && one_load=(--load "${loads[0]}")
+"$py" scripts/policy_report.py "$out" vllm sglang --capacity "$capacity" "${one_load[@]}"
 wall_time victim_policies "$start" "tables and figures in $out, raw runs in $runs"

@@ -80,4 +80,9 @@ def test_policy_report_refuses_a_sweep_without_rates(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "policy_report.py"),
                            str(tmp_path), "part", "--capacity", str(capacity)],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "workload.rate_scale" in proc.stderr
+    assert proc.returncode != 0 and "--load" in proc.stderr
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "policy_report.py"),
+                           str(tmp_path), "part", "--capacity", str(capacity), "--load", "1.25",
+                           "--no-figures"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "runs.csv").read_text().splitlines()[1].startswith("vllm,recompute,1.25,")

@@ -1,6 +1,6 @@
 # Quick start: `make demo` (vLLM and SGLang side by side on the default workload),
-# `make test` (the test suite) and `make lint` (ruff, mypy). `make reproduce` runs the three
-# paper-style studies (scripts/reproduce_*.sh; needs the traces: scripts/fetch_traces.sh).
+# `make test` (the test suite) and `make lint` (ruff, mypy). `make reproduce` runs every
+# paper-style study (scripts/reproduce_all.sh; needs the traces: scripts/fetch_traces.sh).
 # Each creates .venv on first use and installs the project with CPU PyTorch 2.13.0 and the
 # pinned versions of requirements/constraints.txt (`make lock` refreshes them).
 PYTHON ?= python3
@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 # a dependency cannot change a fresh clone. `make lock` refreshes it (then run make test lint).
 CONSTRAINTS := requirements/constraints.txt
 
-.PHONY: demo test lint bench model compiled reproduce reproduce-victim-policies clean lock
+.PHONY: demo test lint bench model compiled reproduce check-reproduce reproduce-victim-policies clean lock
 
 $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -62,13 +62,16 @@ compiled: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_scheduler.py
 
+# Every study of results/ (scripts/reproduce_all.sh: the traces checked first, each study's
+# wall time and the total printed; STUDIES="a b" for some of them); check-reproduce reruns
+# them and fails unless results/ is then byte for byte what git holds.
 reproduce: $(BIN)/.installed
-	scripts/reproduce_preemption.sh
-	scripts/reproduce_prefix_recovery.sh
-	scripts/reproduce_victim_choice.sh
+	scripts/reproduce_all.sh
 
-# The study of issue 8 (168 runs; 88 s on 2 cores, results/victim_policies/README.md; the
-# script prints its own wall time): results/victim_policies/.
+check-reproduce: $(BIN)/.installed
+	scripts/check_reproduce.sh
+
+# One study: results/victim_policies/ (the script prints its own wall time).
 reproduce-victim-policies: $(BIN)/.installed
 	scripts/reproduce_victim_policies.sh
 

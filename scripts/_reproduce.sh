@@ -19,12 +19,7 @@ py=${PYTHON:-.venv/bin/python}
 out=results/$name
 runs=$out/runs
 export CI=${CI:-true}  # no progress bars in the workers
-"$py" - <<'PY'
-from experiments.inputs.workloads.replay import trace_path
-for f in ("azure2023/AzureLLMInferenceTrace_conv.csv", "azure2023/AzureLLMInferenceTrace_code.csv",
-          "mooncake/synthetic_trace.jsonl"):
-    trace_path(None, f)  # fails with the folder to fix when a trace is missing
-PY
+"$py" scripts/check_traces.py  # fails, naming the folder to fix, when a trace is missing
 rm -rf "$runs"
 # The callback draws the figures once into $runs for the sweep's W&B run; the report below
 # redraws them into results/<name>/ with the study's title and headline columns.

@@ -22,6 +22,8 @@ py=${PYTHON:-.venv/bin/python}
 out=results/$name/$setting
 runs=results/$name/runs/$setting
 export CI=${CI:-true}  # no progress bars in the workers
+# a missing trace stops the study here (the presets record failed jobs and go on)
+"$py" scripts/check_traces.py
 rm -rf "$runs"
 mkdir -p "$runs" "$out"
 "$py" -m experiments.capacity "experiment=$name" "$@" \

@@ -43,8 +43,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from experiments.report.figures import _save, scheduler_color, shade, style
+from experiments.report.figures import (
+    COLUMN_IN,
+    HOLLOW_FACE,
+    PAGE_IN,
+    SCHEDULER_NAMES,
+    LegendGroup,
+    _save,
+    fig_legend,
+    scheduler_color,
+    shade,
+    style,
+    suptitle,
+    wrapped,
+)
 from experiments.report.realizations import (
     CI_NOTE,
     REALIZATION,
@@ -71,7 +85,6 @@ VERSUS_METRICS: tuple[str, ...] = ("slo_attainment", "request_goodput", "p99_e2e
                                    "num_preemptions", "recomputed_token_share")
 _RENAME = {"scheduler.preemption_mode": "mode", "scheduler.victim_policy": "policy",
            REALIZATION: "realization"}
-_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 def read_capacity(path: str | Path) -> dict[str, float]:
@@ -163,7 +176,7 @@ def policies_table(stats: pd.DataFrame) -> pd.DataFrame:
         cells[m] = []
     for r in stats.to_dict("records"):
         for k in KEYS:
-            cells[k].append(_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
+            cells[k].append(SCHEDULER_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
         for m in shown:
             if m not in r:
                 cells[m].append("n/a")
@@ -190,7 +203,7 @@ def versus_table(vs: pd.DataFrame) -> pd.DataFrame:
         cells[m] = []
     for r in vs.to_dict("records"):
         for k in KEYS:
-            cells[k].append(_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
+            cells[k].append(SCHEDULER_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
         for m in VERSUS_METRICS:
             lo, hi = r[f"{m}_ci_lo"], r[f"{m}_ci_hi"]
             text = _signed(m, r[m])
@@ -202,12 +215,6 @@ def versus_table(vs: pd.DataFrame) -> pd.DataFrame:
                     text += " (-)"
             cells[m].append(text)
     return pd.DataFrame(cells)
-
-
-def _positive(values: pd.Series) -> bool:
-    """Whether a log axis can show `values` (some finite value above zero)."""
-    x = values.to_numpy(dtype=float)
-    return bool((np.isfinite(x) & (x > 0)).any())
 
 
 def _load_shade(sched: str, k: int, n: int) -> tuple[float, float, float]:
@@ -229,26 +236,46 @@ def _series(g: pd.DataFrame, metric: str, scale: float = 1.0
     return mean, np.clip(err, 0.0, None)
 
 
-def _policy_ticks(ax: plt.Axes) -> None:
-    ax.set_xticks(np.arange(len(POLICIES)), [p.replace("_", " ") for p in POLICIES],
-                  rotation=40, ha="right", rotation_mode="anchor")
+def _policy_axis(ax: plt.Axes, labelled: bool) -> None:
+    """The policies on x, their names (vertical, so they never run into each other) only on
+    the bottom row of panels."""
+    x = np.arange(len(POLICIES))
+    ax.set_xticks(x, [p.replace("_", " ") for p in POLICIES] if labelled else [],
+                  rotation=90)
+    ax.set_xlim(-0.6, len(POLICIES) - 0.4)
+
+
+def _load_handles(scheds: Sequence[str], loads: Sequence[float], patch: bool) -> list[Any]:
+    """One legend entry per load, a swatch per scheduler in the shade its bars or lines
+    have at that load."""
+    def part(sched: str, k: int) -> Any:
+        color = _load_shade(sched, k, len(loads))
+        return Patch(color=color, lw=0) if patch else Line2D([], [], color=color, lw=2.0)
+
+    return [LegendGroup(tuple(part(s, k) for s in scheds), f"load {load:g} x capacity")
+            for k, load in enumerate(loads)]
+
+
+_ERR = {"elinewidth": 0.6, "capsize": 1.5, "ecolor": "0.2"}
 
 
 def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
     """Evictions, SLO attainment and p99 E2E latency against the policy, one column per
-    scheduler and mode, one bar per load, with 95 % CIs over realisations."""
+    scheduler and mode, one bar per load, with 95 % CIs over realisations (`policy_stats`)."""
     loads = sorted(stats["load"].unique())
     panels = [(s, m) for s in registry.names() for m in MODES
               if len(stats[(stats["scheduler"] == s) & (stats["mode"] == m)])]
+    scheds = list(dict.fromkeys(s for s, _ in panels))
     metrics = [("num_preemptions", "evictions per run", 1.0),
                ("slo_attainment", "SLO attainment (%)", 100.0),
                ("p99_e2el_ms", "p99 E2E latency (s)", 1e-3)]
     x = np.arange(len(POLICIES))
     w = 0.8 / max(len(loads), 1)
+    width = COLUMN_IN if len(panels) == 1 else PAGE_IN
     with style():
-        fig, axes = plt.subplots(len(metrics), len(panels),
-                                 figsize=(1.9 * len(panels), 1.7 * len(metrics) + 0.6),
-                                 squeeze=False, sharey="row")
+        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(width, 6.2),
+                                 squeeze=False, sharey="row", sharex=True,
+                                 layout="constrained")
         for c, (sched, mode) in enumerate(panels):
             g = stats[(stats["scheduler"] == sched) & (stats["mode"] == mode)]
             for r, (metric, label, scale) in enumerate(metrics):
@@ -256,25 +283,17 @@ def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
                 for k, load in enumerate(loads):
                     mean, err = _series(g[g["load"] == load], metric, scale)
                     ax.bar(x + (k - (len(loads) - 1) / 2) * w, mean, w, yerr=err,
-                           color=_load_shade(sched, k, len(loads)),
-                           error_kw={"elinewidth": 0.6, "capsize": 1.2, "ecolor": "#333333"})
-                _policy_ticks(ax)
+                           color=_load_shade(sched, k, len(loads)), error_kw=_ERR)
                 ax.grid(axis="x", visible=False)
-                if r < len(metrics) - 1:
-                    ax.tick_params(labelbottom=False)
+                _policy_axis(ax, labelled=r == len(metrics) - 1)
                 if r == 0:
-                    ax.set_title(f"{_NAMES.get(sched, sched)}, {mode}")
+                    ax.set_title(wrapped(f"{SCHEDULER_NAMES.get(sched, sched)}, {mode}",
+                                         width / len(panels)))
                 if c == 0:
-                    ax.set_ylabel(label)
-        proxies = [Line2D([], [], color=_load_shade(sched, k, len(loads)), lw=5,
-                          label=f"{_NAMES.get(sched, sched)}, load {load:g}")
-                   for sched in dict.fromkeys(s for s, _ in panels)
-                   for k, load in enumerate(loads)]
-        fig.legend(handles=proxies, loc="lower center", ncol=len(proxies), frameon=False)
-        fig.suptitle("Victim policies: evictions, SLO attainment and p99 E2E latency\n"
-                     "(bars: load as a fraction of capacity; error bars: 95 % CI over "
-                     "realisations)")
-        fig.tight_layout(rect=(0, 0.05, 1, 1))
+                    ax.set_ylabel(wrapped(label, 1.6))
+        fig_legend(fig, _load_handles(scheds, loads, patch=True),
+                   "bars: load, light to dark; error bars: 95 % CI over realisations")
+        suptitle(fig, "Evictions, SLO attainment and tail latency per victim policy")
         return _save(fig, path)
 
 
@@ -284,44 +303,40 @@ def swap_figure(stats: pd.DataFrame, path: Path) -> Path:
     loads = sorted(stats["load"].unique())
     scheds = [s for s in registry.names() if s in set(stats["scheduler"])]
     x = np.arange(len(POLICIES))
+    modes = (("recompute", "-", "o", None, -0.08), ("swap", "--", "s", HOLLOW_FACE, 0.08))
+    width = COLUMN_IN if len(scheds) == 1 else PAGE_IN
     with style():
-        fig, axes = plt.subplots(2, len(scheds), figsize=(3.4 * len(scheds), 4.4),
-                                 squeeze=False, sharex=True)
+        fig, axes = plt.subplots(2, len(scheds), figsize=(width, 4.6), squeeze=False,
+                                 sharex=True, layout="constrained")
         for c, sched in enumerate(scheds):
             for k, load in enumerate(loads):
                 color = _load_shade(sched, k, len(loads))
-                for mode, ls, marker, dx in (("recompute", "-", "o", -0.08),
-                                             ("swap", "--", "s", 0.08)):
+                for mode, ls, marker, face, dx in modes:
                     g = stats[(stats["scheduler"] == sched) & (stats["mode"] == mode)
                               & (stats["load"] == load)]
                     if g.empty:
                         continue
                     mean, err = _series(g, "p99_e2el_ms", 1e-3)
-                    axes[0][c].errorbar(x + dx, mean, yerr=err, ls=ls, marker=marker, ms=3,
-                                        mfc="white" if mode == "swap" else color,
-                                        color=color, capsize=1.5, elinewidth=0.6)
+                    axes[0][c].errorbar(x + dx, mean, yerr=err, ls=ls, marker=marker,
+                                        mfc=face, color=color, **_ERR)
                     if mode == "swap":
                         mean, err = _series(g, "swap_time_share", 100.0)
-                        axes[1][c].errorbar(x, mean, yerr=err, ls=ls, marker=marker, ms=3,
-                                            mfc="white", color=color, capsize=1.5,
-                                            elinewidth=0.6)
-            axes[0][c].set_title(_NAMES.get(sched, sched))
+                        axes[1][c].errorbar(x, mean, yerr=err, ls=ls, marker=marker,
+                                            mfc=face, color=color, **_ERR)
             for r, label in enumerate(("p99 E2E latency, all requests (s)",
-                                       "swap copy time (% of busy time)")):
-                _policy_ticks(axes[r][c])
+                                       "copy time (% of busy time)")):
+                _policy_axis(axes[r][c], labelled=r == 1)
                 if c == 0:
-                    axes[r][c].set_ylabel(label)
-        grey = "#555555"
-        proxies = [Line2D([], [], color=grey, ls="-", marker="o", ms=3, label="recompute"),
-                   Line2D([], [], color=grey, ls="--", marker="s", ms=3, mfc="white",
-                          label="swap")]
-        proxies += [Line2D([], [], color=shade(grey, 0.35 + 0.65 * k / max(len(loads) - 1, 1)),
-                           lw=2.5, label=f"load {load:g} x capacity")
-                    for k, load in enumerate(loads)]
-        fig.legend(handles=proxies, loc="lower center", ncol=len(proxies), frameon=False)
-        fig.suptitle("Recompute against swap per victim policy: tail latency and copy cost\n"
-                     "(colour: scheduler; shade: load; error bars: 95 % CI over realisations)")
-        fig.tight_layout(rect=(0, 0.05, 1, 1))
+                    axes[r][c].set_ylabel(wrapped(label, 1.6))
+            axes[0][c].set_title(SCHEDULER_NAMES.get(sched, sched))
+        handles: list[Any] = [
+            LegendGroup(tuple(Line2D([], [], color=scheduler_color(s), ls=ls, marker=marker,
+                                     mfc=face) for s in scheds), mode)
+            for mode, ls, marker, face, _ in modes]
+        fig_legend(fig, handles + _load_handles(scheds, loads, patch=False),
+                   "error bars: 95 % CI over realisations")
+        suptitle(fig, "Recompute against swap: tail latency and copy cost per victim policy "
+                      "(colour: scheduler, shade: load)")
         return _save(fig, path)
 
 

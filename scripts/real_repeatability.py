@@ -4,11 +4,13 @@
 Runs the real-model study's setting (scripts/real_vs_sim.py: `workload=smollm2_prompts`,
 `model=smollm2_135m`, Poisson arrivals, a small KV pool, SGLang's optimistic admission
 overrides) on the real executor only, `--repeats` times with each timer of `--timers`
-(`name` or `name:k`, e.g. `cpu min_of_k:3`), the timers interleaved (repetition 1 of every
-timer, then repetition 2, ...) so that a change in the machine's load falls on all of them
-alike. `--load N` starts N processes spinning on a core for the whole study (the "loaded"
-condition; the machine's own other work comes on top). Prints, and writes under `--out`
-(`repeatability.md`, `repeatability.csv`, runs in `runs/`, ignored by git): per timer,
+(`name` or `name:k`, e.g. `cpu min_of_k:3 reference:3`; reference's unit is measured
+once and pinned for every run, or given with `--reference-s`), the timers interleaved
+(repetition 1 of every timer, then repetition 2, ...) so that a change in the machine's
+load falls on all of them alike. `--load N` starts N processes spinning on a core for the
+whole study (the "loaded" condition; the machine's own other work comes on top). Prints,
+and writes under `--out` (`repeatability.md`, `repeatability.csv`, runs in `runs/`,
+ignored by git): per timer,
 scheduler and statistic, every repetition's value, the median, and the spread
 (max - min) / median in percent (evictions: also max - min as a count), with the
 each run's wall time and the load average at its end.
@@ -57,16 +59,35 @@ GOAL_EVICTIONS = 2  # and evictions within 2 of each other
 def parse_timer(text: str) -> tuple[str, int]:
     """`name` or `name:k` -> (name, k); k is 1 but for min_of_k (default 3)."""
     name, _, k = text.partition(":")
-    if name not in ("wall", "cpu", "min_of_k"):
+    if name not in ("wall", "cpu", "min_of_k", "reference"):
         raise SystemExit(f"real_repeatability: --timers {text!r}: valid: wall, cpu, "
-                         "min_of_k[:k]")
+                         "min_of_k[:k], reference[:k]")
     if k and not k.isdigit():
         raise SystemExit(f"real_repeatability: --timers {text!r}: k must be an integer")
-    return name, int(k) if k else (3 if name == "min_of_k" else 1)
+    return name, int(k) if k else (3 if name in REPEATED else 1)
+
+
+REPEATED = ("min_of_k", "reference")
 
 
 def label(name: str, k: int) -> str:
-    return f"{name}:{k}" if name == "min_of_k" else name
+    return f"{name}:{k}" if name in REPEATED else name
+
+
+def reference_unit(threads: int) -> float:
+    """The reference step's time on this machine now (timer=reference's unit), measured once
+    so that every run of the study shares it."""
+    import torch
+
+    from engines.executors.real import RealExecutor
+    from engines.model import PagedDecoder
+
+    torch.set_num_threads(threads)
+    model = PagedDecoder.from_pretrained(ROOT / "models/smollm2-135m-instruct",
+                                         dtype="float32", device="cpu")
+    unit = RealExecutor(model, kernel="torch", timer="reference").timer.reference_s
+    assert unit is not None
+    return unit
 
 
 def run_one(args: argparse.Namespace, sched: str, timer: tuple[str, int], rep: int,
@@ -79,6 +100,8 @@ def run_one(args: argparse.Namespace, sched: str, timer: tuple[str, int], rep: i
                  f"scheduler={SCHEDULER_CONFIG.get(sched, sched)}", "executor=real",
                  "executor.kernel=torch", f"executor.timer={timer[0]}",
                  f"executor.timer_repeats={timer[1]}", f"hydra.run.dir={out}"]
+    if timer[0] == "reference":
+        overrides.append(f"executor.timer_reference_s={args.reference_s!r}")
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "CI": "true"}
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "experiments.run", *overrides], cwd=ROOT, env=env,
@@ -177,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--kv", type=int, default=512, help="KV pool, token slots")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reference-s", type=float, default=None,
+                    help="timer=reference's unit, pinned for every run (default: measured "
+                         "once before the first run)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (OMP_NUM_THREADS)")
     ap.add_argument("--load", type=int, default=0,
                     help="processes spinning on a core during the study")
@@ -188,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         print(table(collect(args.summarize)))
         return 0
     timers = [parse_timer(t) for t in args.timers]
+    if args.reference_s is None and any(name == "reference" for name, _ in timers):
+        args.reference_s = reference_unit(args.threads)
+        print(f"timer=reference: unit {args.reference_s * 1e3:.2f} ms (measured now, pinned "
+              "for every run; --reference-s to give it)", flush=True)
     import multiprocessing as mp
 
     hogs = [mp.Process(target=spin, args=(24 * 3600.0,), daemon=True) for _ in range(args.load)]

@@ -196,46 +196,53 @@ def fmt(v: Any) -> str:
 
 def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
             real_root: Path | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """figures/step_time.png (the profile's prediction of each real step against its
+    measured time) and figures/e2e_cdf.png (E2E latency CDFs, real and sim), drawn as the
+    report draws (experiments.report: fonts, colours, plain-number log ticks, no date)."""
     import matplotlib.pyplot as plt
-    from matplotlib import ticker
+    from matplotlib.lines import Line2D
+
+    from experiments.report.figures import (
+        PAGE_IN,
+        SCHEDULER_NAMES,
+        _save,
+        fig_legend,
+        log_ticks,
+        scheduler_color,
+        shade,
+        style,
+        suptitle,
+    )
+    from experiments.report.step_time import StepTimes, step_time_figure
 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
-    for ax, (sched, rows) in zip(axes[0], shapes.items(), strict=True):
+    panels = {}
+    for sched, rows in shapes.items():
         df = pd.DataFrame(rows)
-        pred = predict(model, df)
-        for prefill, label in ((False, "decode"), (True, "with prefill")):
-            m = df["prefill"] == prefill
-            ax.scatter(df["seconds"][m] * 1e3, np.asarray(pred)[m.to_numpy()] * 1e3, s=6,
-                       label=label)
-        hi = max(df["seconds"].max(), max(pred)) * 1e3
-        ax.plot([0, hi], [0, hi], "k--", lw=0.8)
-        ax.set(title=f"{sched}: step time", xlabel="measured (ms)", ylabel="predicted (ms)",
-               xscale="log", yscale="log")
-        for axis in (ax.xaxis, ax.yaxis):  # plain milliseconds, no crowded minor labels
-            axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-            axis.set_minor_formatter(ticker.NullFormatter())
-            axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(fig_dir / "step_time.png", dpi=120)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4), squeeze=False)
-    for ax, sched in zip(axes[0], shapes, strict=True):
-        for kind in ("real", "sim"):
-            root = (real_root or out) if kind == "real" else out
-            df = pd.read_parquet(root / "runs" / f"{sched}_{kind}" / "requests.parquet")
-            e2e = np.sort((df["finish_time"] - df["arrival_time"]).to_numpy() * 1e3)
-            ax.step(e2e, np.arange(1, len(e2e) + 1) / len(e2e), where="post", label=kind)
-        ax.set(title=f"{sched}: E2E latency CDF", xlabel="E2E (ms)", ylabel="share of requests")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(fig_dir / "e2e_cdf.png", dpi=120)
-    plt.close(fig)
+        panels[sched] = StepTimes(df["seconds"].to_numpy(dtype=float), predict(model, df),
+                                  df["prefill"].to_numpy(dtype=bool))
+    step_time_figure(panels, fig_dir / "step_time.png", pdf=False)
+    kinds = (("real", "-", 1.0), ("sim", "--", 0.45))
+    with style():
+        fig, axes = plt.subplots(1, len(shapes), figsize=(PAGE_IN, 2.6), squeeze=False,
+                                 sharey=True, layout="constrained")
+        for ax, sched in zip(axes[0], shapes, strict=True):
+            for kind, ls, tone in kinds:
+                root = (real_root or out) if kind == "real" else out
+                df = pd.read_parquet(root / "runs" / f"{sched}_{kind}" / "requests.parquet")
+                e2e = np.sort((df["finish_time"] - df["arrival_time"]).to_numpy() * 1e3)
+                ax.step(e2e, np.arange(1, len(e2e) + 1) / len(e2e), where="post", ls=ls,
+                        color=shade(scheduler_color(sched), tone))
+            ax.set(title=SCHEDULER_NAMES.get(sched, sched), xlabel="E2E latency (ms)")
+        axes[0][0].set_ylabel("share of requests")
+        fig.canvas.draw()
+        for ax in axes[0]:
+            log_ticks(ax, "x")
+        fig_legend(fig, [Line2D([], [], color="0.3", ls=ls, label=f"{kind} run")
+                         for kind, ls, _t in kinds])
+        suptitle(fig, "E2E latency per request (CDF): the real run and the simulator")
+        _save(fig, fig_dir / "e2e_cdf.png", pdf=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,10 +5,14 @@ Times the same steps of the real executor (a decode batch and a prefill chunk, S
 or a tiny random model) `--steps` times under each timer (`wall`, `cpu`, `min_of_k:k`), the
 timers interleaved step by step so that the machine's load falls on all of them alike, and
 prints per step shape and timer the median, min, max and spread ((max - min) / median) of the
-measured step times. `--load N` starts N processes spinning on a core meanwhile.
+measured step times, and the drift: the spread of the medians of consecutive blocks of
+`--block` steps (what moves a whole run's clock when the machine's load changes, where the
+step-to-step noise averages out). `--load N` starts N processes spinning on a core meanwhile.
+A timer is `name` or `name:k` (k passes for min_of_k and reference; reference measures its
+unit once at start, so that every step of the run shares it).
 
     python scripts/step_timer_noise.py [--model-path models/smollm2-135m-instruct]
-        [--timers wall cpu min_of_k:3] [--steps 20] [--load 0]
+        [--timers wall cpu min_of_k:3 reference:3] [--steps 20] [--block 10] [--load 0]
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timers", nargs="+", default=["wall", "cpu", "min_of_k:3"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--load", type=int, default=0, help="processes spinning on a core")
+    ap.add_argument("--block", type=int, default=10,
+                    help="steps per block of the drift statistic")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,12 +94,17 @@ def main(argv: list[str] | None = None) -> int:
             h.terminate()
     print(f"{args.steps} steps each, {args.load} spinning process(es), load average "
           f"{os.getloadavg()[0]:.1f} at the end")
-    print("| step | timer | median (ms) | min | max | spread |")
-    print("|---|---|---|---|---|---|")
+    print(f"| step | timer | median (ms) | min | max | spread | drift ({args.block}-step "
+          "block medians) |")
+    print("|---|---|---|---|---|---|---|")
     for (shape, t), xs in times.items():
         med = statistics.median(xs)
+        blocks = [statistics.median(xs[i:i + args.block])
+                  for i in range(0, len(xs) - args.block + 1, args.block)]
+        drift = (f"{100 * (max(blocks) - min(blocks)) / statistics.median(blocks):.1f} %"
+                 if len(blocks) > 1 else "n/a")
         print(f"| {shape} | {t} | {med * 1e3:.2f} | {min(xs) * 1e3:.2f} | "
-              f"{max(xs) * 1e3:.2f} | {100 * (max(xs) - min(xs)) / med:.1f} % |")
+              f"{max(xs) * 1e3:.2f} | {100 * (max(xs) - min(xs)) / med:.1f} % | {drift} |")
     return 0
 
 

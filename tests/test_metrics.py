@@ -173,3 +173,26 @@ def test_step_series_keeps_peaks_when_thinned() -> None:
     thin = step_series(steps, max_points=10)
     assert thin["time_s"].size == 10 and thin["kv_used_tokens"].max() == 6
     assert thin["kv_used_tokens"].tolist()[0] == 6  # the first 10 steps peak at 6
+
+
+def test_recovery_is_over_readmissions_and_undefined_without_one() -> None:
+    # issue 30 item 7: a victim the run ended before readmitting resumed nothing; with no
+    # readmission at all the recovery is n/a (NaN), not a 0 a figure would draw
+    never_back = request(request_id="n", arrival_time=0.0, finish_reason="unfinished",
+                         prompt_len=40, num_preemptions=1, victim=True,
+                         prefix_hit_tokens=[0], computed_at_preemption=[40])
+    back = request(request_id="b", arrival_time=0.0, finish_time=2.0, finish_reason="stop",
+                   prompt_len=20, num_preemptions=1, victim=True, prefix_hit_tokens=[0, 15],
+                   computed_at_preemption=[20], token_times=[1.0, 2.0])
+    m = compute_metrics(pa.Table.from_pylist([never_back, back], schema=REQUEST_SCHEMA), STEPS)
+    assert m["prefix_recovery_readmissions"] == 1
+    assert m["prefix_recovery_on_resume"] == pytest.approx(15 / 20)  # not 15 / 60
+    alone = compute_metrics(pa.Table.from_pylist([never_back], schema=REQUEST_SCHEMA), STEPS)
+    assert alone["num_preemptions"] == 1 and alone["prefix_recovery_readmissions"] == 0
+    assert math.isnan(alone["prefix_recovery_on_resume"])
+    # readmitted with nothing cached (SGLang's retraction frees the KV): a measured 0
+    lost = request(request_id="s", arrival_time=0.0, finish_time=2.0, finish_reason="stop",
+                   prompt_len=20, num_preemptions=1, victim=True, prefix_hit_tokens=[0, 0],
+                   computed_at_preemption=[20], token_times=[1.0, 2.0])
+    zero = compute_metrics(pa.Table.from_pylist([lost], schema=REQUEST_SCHEMA), STEPS)
+    assert zero["prefix_recovery_on_resume"] == 0.0 and zero["prefix_recovery_readmissions"] == 1

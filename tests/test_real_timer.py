@@ -107,13 +107,54 @@ def run_engine(model: PagedDecoder, timer: str, repeats: int
     return ex, outputs, sum(result.requests.column("num_preemptions").to_pylist())
 
 
-def test_k_passes_leave_the_same_kv_and_tokens_as_one(model: PagedDecoder) -> None:
+@pytest.mark.parametrize("timer", ["min_of_k", "reference"])
+def test_k_passes_leave_the_same_kv_and_tokens_as_one(model: PagedDecoder, timer: str) -> None:
     one, tokens_one, preempted = run_engine(model, "wall", 1)
-    three, tokens_three, _ = run_engine(model, "min_of_k", 3)
+    three, tokens_three, _ = run_engine(model, timer, 3)
     assert preempted > 0  # recomputed prefixes are part of what repeats
     assert tokens_three == tokens_one
     for a, b in zip(one.kv_cache.kv, three.kv_cache.kv, strict=True):
-        assert torch.equal(a, b)
+        assert torch.equal(a, b)  # the reference step ran on a cache of its own
+
+
+def test_reference_scales_the_fastest_pass_by_the_reference_unit(
+        model: PagedDecoder, monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = RealExecutor(model, kernel="torch", timer="reference", timer_repeats=3,
+                      timer_reference_s=0.5)
+    assert (ex.timer.reference_s, ex.timer.reference_source) == (0.5, "config")
+    # interleaved: reference, step, reference, step, reference, step
+    reference_passes = iter([2.0, 1.0, 4.0])
+    step_passes = iter([3.0, 6.0, 4.5])
+
+    def timed_pass(plan: StepPlan, cache: object = None) -> tuple[list[str], list[int], float]:
+        if cache is not None:
+            return [], [], next(reference_passes)
+        return ["a"], [7], next(step_passes)
+
+    monkeypatch.setattr(ex, "_timed_pass", timed_pass)
+    plan = StepPlan(0, 16, [ScheduledChunk("a", list(range(3, 20)), 0, [0, 1], sample=True)])
+    result = ex.execute(plan)
+    # the machine ran the reference at half its unit's speed: the step's 3 s count as 1.5 s
+    assert result.duration_s == 3.0 * 0.5 / 1.0 and result.sampled_token_ids == {"a": 7}
+
+
+def test_reference_measures_its_unit_when_none_is_given(model: PagedDecoder) -> None:
+    ex = RealExecutor(model, kernel="torch", timer="reference", timer_repeats=2)
+    assert ex.timer.reference_s is not None and ex.timer.reference_s > 0
+    assert ex.timer.reference_source == "measured at start: the fastest of 10 passes"
+    plan = StepPlan(0, 16, [ScheduledChunk("a", list(range(3, 20)), 0, [0, 1], sample=True)])
+    assert ex.execute(plan).duration_s > 0
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "1"])
+def test_a_bad_reference_unit_names_the_field(model: PagedDecoder, bad: object) -> None:
+    with pytest.raises(ValueError, match=r"executor.timer_reference_s=.*: must be a number of "
+                                         r"seconds > 0"):
+        RealExecutor(model, kernel="torch", timer="reference",
+                     timer_reference_s=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"executor.timer_reference_s=0.1 is for "
+                                         r"executor.timer=reference, not 'min_of_k'"):
+        RealExecutor(model, kernel="torch", timer="min_of_k", timer_reference_s=0.1)
 
 
 def test_a_repeat_that_samples_otherwise_is_an_error(model: PagedDecoder,

@@ -14,6 +14,12 @@ host, by one of the timers (`TIMERS`, DESIGN.md "The real executor's step clock"
   the minimum of the k measurements (CPU time with one torch thread, wall time with more, CUDA
   events on a GPU). Recomputing the same positions writes the same KV values and samples the
   same tokens (checked: differing tokens are an error), so only the clock sees the repeats;
+- `reference`: `min_of_k`, each step pass interleaved with a pass of a fixed reference step
+  (`REFERENCE_PLAN`, on a KV cache of its own), the step's time its fastest pass scaled by
+  `reference_s / (the reference's fastest pass)`: a slowdown that the step and the reference
+  share (another process's cache and memory traffic, a slower core) cancels; `reference_s`
+  is the reference's time, given (`timer_reference_s`, so that runs share one unit) or
+  measured when the executor starts;
 - `auto` (the default): `min_of_k` on a CPU, `wall` on a GPU.
 
 The executor keeps no per-request state besides the KV cache: whatever the scheduler does
@@ -26,8 +32,9 @@ forward pass; their time is measured apart (`StepResult.swap_s`) and included in
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -35,12 +42,16 @@ import torch
 from engines.model import PagedDecoder, PagedKVCache
 from engines.model.text import decode, has_tokenizer, load_tokenizer
 from kernels import AttentionBackend, build_metadata, get_attention_backend, resolve_kernel
-from schedulers.contract import Request, StepPlan, StepResult, SwapOp
+from schedulers.contract import Request, ScheduledChunk, StepPlan, StepResult, SwapOp
 
 # Initial slots of a growable cache (CPU default, when no `num_slots` is given).
 _GROWABLE_START_SLOTS = 1024
 # Forward passes per step of timer=min_of_k unless configured (DESIGN.md: the step clock).
 DEFAULT_TIMER_REPEATS = 3
+# timer=reference: the reference step, 4 decodes at context 64 in pages of 16 (about a decode
+# step of the study's batches), and the passes that measure its time when none is given.
+REFERENCE_BATCH, REFERENCE_CONTEXT, REFERENCE_PAGE = 4, 64, 16
+REFERENCE_CALIBRATION_PASSES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +62,9 @@ class RealExecutorConfig:
     bfloat16 on a GPU. `device`: None means the GPU when there is one. `num_slots`: KV slots
     to allocate (at least the scheduler's pool: vLLM `num_blocks * block_size`, SGLang
     `max_total_tokens`); None grows the cache on demand. `timer`: auto | wall | cpu |
-    min_of_k (module docstring); `timer_repeats`: k, the forward passes per step of
-    `min_of_k` (at least 1).
+    min_of_k | reference (module docstring); `timer_repeats`: k, the forward passes per step
+    of `min_of_k` and `reference` (at least 1); `timer_reference_s`: the reference step's
+    time for `reference` (None: measured at start).
     """
 
     model_path: str
@@ -62,20 +74,26 @@ class RealExecutorConfig:
     num_slots: int | None = None
     timer: str = "auto"
     timer_repeats: int = DEFAULT_TIMER_REPEATS
+    timer_reference_s: float | None = None
 
 
-TIMERS = ("auto", "wall", "cpu", "min_of_k")
+TIMERS = ("auto", "wall", "cpu", "min_of_k", "reference")
+_REPEATED = ("min_of_k", "reference")
 
 
 @dataclass(frozen=True, slots=True)
 class StepTimer:
     """How an executor times its steps, resolved for its device: `name` (wall | cpu |
-    min_of_k), `repeats` (forward passes per step: k for min_of_k, else 1) and `clock` (what
-    each pass reads: perf_counter | process_time | cuda_events)."""
+    min_of_k | reference), `repeats` (forward passes per step: k for min_of_k and reference,
+    else 1), `clock` (what each pass reads: perf_counter | process_time | cuda_events) and,
+    for reference, `reference_s` (the reference step's time: the clock's unit) and where it
+    came from (`reference_source`: config, or measured at start)."""
 
     name: str
     repeats: int
     clock: str
+    reference_s: float | None = None
+    reference_source: str | None = None
 
 
 def resolve_timer(timer: str, repeats: int, device: torch.device,
@@ -98,14 +116,29 @@ def resolve_timer(timer: str, repeats: int, device: torch.device,
         clock = "cuda_events"
     elif timer == "cpu":
         clock = "process_time"
-    elif timer == "min_of_k":
+    elif timer in _REPEATED:
         # process_time sums every thread's CPU seconds (spin-waits included): with more than
         # one torch thread it is no step time, the wall clock is.
         threads = torch.get_num_threads() if num_threads is None else num_threads
         clock = "process_time" if threads == 1 else "perf_counter"
     else:
         clock = "perf_counter"
-    return StepTimer(timer, repeats if timer == "min_of_k" else 1, clock)
+    return StepTimer(timer, repeats if timer in _REPEATED else 1, clock)
+
+
+def reference_plan() -> StepPlan:
+    """The reference step of timer=reference: `REFERENCE_BATCH` decodes at context
+    `REFERENCE_CONTEXT`, each in its own pages of a cache of `reference_slots()` slots."""
+    per = REFERENCE_CONTEXT // REFERENCE_PAGE
+    return StepPlan(0, REFERENCE_PAGE, [
+        ScheduledChunk(f"reference{b}", [1], REFERENCE_CONTEXT - 1,
+                       list(range(b * per, (b + 1) * per)), True)
+        for b in range(REFERENCE_BATCH)])
+
+
+def reference_slots() -> int:
+    """The KV slots the reference step uses."""
+    return REFERENCE_BATCH * REFERENCE_CONTEXT
 
 
 @dataclass(slots=True)
@@ -227,8 +260,18 @@ class RealExecutor:
 
     def __init__(self, model: PagedDecoder, kernel: str = "auto",
                  num_slots: int | None = None, timer: str = "auto",
-                 timer_repeats: int = DEFAULT_TIMER_REPEATS) -> None:
+                 timer_repeats: int = DEFAULT_TIMER_REPEATS,
+                 timer_reference_s: float | None = None) -> None:
         self.timer = resolve_timer(timer, timer_repeats, model.device)
+        if timer_reference_s is not None and self.timer.name != "reference":
+            raise ValueError(f"real executor: executor.timer_reference_s={timer_reference_s!r}"
+                             f" is for executor.timer=reference, not {self.timer.name!r}")
+        if timer_reference_s is not None and not (
+                isinstance(timer_reference_s, int | float)
+                and not isinstance(timer_reference_s, bool)
+                and math.isfinite(timer_reference_s) and timer_reference_s > 0):
+            raise ValueError(f"real executor: executor.timer_reference_s={timer_reference_s!r}"
+                             ": must be a number of seconds > 0 (or null: measured at start)")
         self.model = model
         self._clock = (time.process_time if self.timer.clock == "process_time"
                        else time.perf_counter)
@@ -243,6 +286,19 @@ class RealExecutor:
         self._cuda = model.device.type == "cuda"
         # The checkpoint folder when it carries a tokenizer (outputs are then decoded to text).
         self.tokenizer_path: str | None = None
+        self._reference: tuple[StepPlan, PagedKVCache] | None = None
+        if self.timer.name == "reference":
+            self._reference = (reference_plan(), model.new_kv_cache(reference_slots()))
+            if timer_reference_s is None:
+                self._reference_pass()  # warm-up
+                measured = min(self._reference_pass()
+                               for _ in range(REFERENCE_CALIBRATION_PASSES))
+                self.timer = replace(self.timer, reference_s=measured, reference_source=(
+                    f"measured at start: the fastest of {REFERENCE_CALIBRATION_PASSES} "
+                    "passes"))
+            else:
+                self.timer = replace(self.timer, reference_s=float(timer_reference_s),
+                                     reference_source="config")
 
     @classmethod
     def from_config(cls, cfg: RealExecutorConfig) -> RealExecutor:
@@ -250,7 +306,8 @@ class RealExecutor:
         model = PagedDecoder.from_pretrained(Path(cfg.model_path), dtype=cfg.dtype,
                                              device=cfg.device)
         executor = cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots, timer=cfg.timer,
-                       timer_repeats=cfg.timer_repeats)
+                       timer_repeats=cfg.timer_repeats,
+                       timer_reference_s=cfg.timer_reference_s)
         if has_tokenizer(cfg.model_path):
             executor.tokenizer_path = str(cfg.model_path)
         return executor
@@ -305,22 +362,55 @@ class RealExecutor:
 
     def _forward(self, plan: StepPlan) -> StepResult:
         """Compute the plan's chunks `timer.repeats` times; the step's time is the fastest
-        pass (one pass but for min_of_k). Every pass writes the same KV slots with the same
-        values, so the cache and the sampled tokens after k passes equal those after one."""
+        pass (one pass but for min_of_k and reference), for reference scaled by the
+        reference step's time over its fastest pass, a pass of it before each of the step's.
+        Every pass writes the same KV slots with the same values, so the cache and the
+        sampled tokens after k passes equal those after one."""
+        if self._reference is None:
+            return self._fastest(plan)
+        fastest_reference = math.inf
+        duration = math.inf
+        result: StepResult | None = None
+        for _ in range(self.timer.repeats):
+            fastest_reference = min(fastest_reference, self._reference_pass())
+            one = self._fastest(plan, passes=1, expected=result)
+            result = one
+            duration = min(duration, one.duration_s)
+        assert result is not None and self.timer.reference_s is not None
+        return StepResult(result.sampled_token_ids,
+                          duration * self.timer.reference_s / fastest_reference)
+
+    def _reference_pass(self) -> float:
+        """One pass of the reference step on its own cache: its seconds."""
+        assert self._reference is not None
+        plan, cache = self._reference
+        return self._timed_pass(plan, cache)[2]
+
+    def _fastest(self, plan: StepPlan, passes: int | None = None,
+                 expected: StepResult | None = None) -> StepResult:
+        """`passes` (default `timer.repeats`) passes of the plan, the fastest kept; a pass
+        that samples otherwise than the first (or than `expected`) is an error."""
         sample_ids, tokens, duration = self._timed_pass(plan)
-        for _ in range(self.timer.repeats - 1):
+        if expected is not None:
+            self._check_same(plan, list(expected.sampled_token_ids.values()), tokens)
+        for _ in range((self.timer.repeats if passes is None else passes) - 1):
             _, again, seconds = self._timed_pass(plan)
-            if again != tokens:
-                raise RuntimeError(
-                    f"real executor: step {plan.step}: a repeated forward pass sampled "
-                    f"{again} where the first sampled {tokens} (timer=min_of_k needs a "
-                    "deterministic kernel; use executor.timer=wall or cpu)")
+            self._check_same(plan, tokens, again)
             duration = min(duration, seconds)
         return StepResult(dict(zip(sample_ids, tokens, strict=True)), duration)
 
-    def _timed_pass(self, plan: StepPlan) -> tuple[list[str], list[int], float]:
-        """One forward pass over the plan, host preparation included: (the sampled requests,
-        their tokens, seconds)."""
+    def _check_same(self, plan: StepPlan, first: list[int], again: list[int]) -> None:
+        if again != first:
+            raise RuntimeError(
+                f"real executor: step {plan.step}: a repeated forward pass sampled "
+                f"{again} where the first sampled {first} (timer={self.timer.name} needs a "
+                "deterministic kernel; use executor.timer=wall or cpu)")
+
+    def _timed_pass(self, plan: StepPlan, cache: PagedKVCache | None = None
+                    ) -> tuple[list[str], list[int], float]:
+        """One forward pass over the plan on `cache` (default: the executor's), host
+        preparation included: (the sampled requests, their tokens, seconds)."""
+        kv_cache = self.kv_cache if cache is None else cache
         start_event = end_event = None
         if self._cuda:
             start_event = torch.cuda.Event(enable_timing=True)
@@ -328,14 +418,14 @@ class RealExecutor:
             start_event.record()
         t0 = self._clock()
         inp = flatten_plan(plan)
-        self.kv_cache.ensure_slots(inp.max_slot + 1)  # grows on the first pass only
+        kv_cache.ensure_slots(inp.max_slot + 1)  # grows on the first pass only
         dev = self.model.device
         meta = build_metadata(inp.query_lens, inp.seq_lens, inp.page_tables, plan.page_size,
                               dev)
         input_ids = torch.tensor(inp.input_ids, dtype=torch.long).to(dev, non_blocking=True)
         rows = torch.tensor(inp.sample_rows, dtype=torch.long).to(dev, non_blocking=True)
         with torch.inference_mode():
-            logits = self.model.forward(input_ids, meta, self.kv_cache,
+            logits = self.model.forward(input_ids, meta, kv_cache,
                                         self.backend(plan.page_size), rows)
             tokens = logits.argmax(dim=-1).tolist() if inp.sample_rows else []
         if start_event is not None and end_event is not None:

@@ -20,12 +20,17 @@ One visual language for every figure:
 - sized for one column of a two-column paper (`COLUMN_IN` wide; `PAGE_IN` for figures with
   several panels), no text under `FONT_FLOOR_PT` (7 pt) at that size, titles wrapped to the
   width, axes named in words with units (`param_label`), one legend per figure naming only
-  what varies, missing data written on the panel.
+  what varies, its swatches in the colours of what they label (`LegendGroup`: one swatch
+  per scheduler), missing data written on the panel (a statistic without events, e.g.
+  recovery with no readmission, is n/a: not drawn, said), a series at 0 everywhere drawn on
+  top of the others and unclipped at the axis, and said on its panel (`SGLang: 0 at every
+  load`); log axes in plain numbers, with 1-2-5 ticks only where they fit (`log_ticks`).
 Shared by any figure module (import them from here): `style`, `scheduler_color`,
 `scheduler_marker`, `scheduler_linestyle`, `shade`, `param_label`, `value_label`, `wrapped`,
-`suptitle`, `fig_legend`, `ci_points` (a series with its CI error bars and hollow markers)
-with `LegendMarks` (the legend entries that explain them), the constants `FONT_FLOOR_PT`,
-`HOLLOW_FACE`, `MAX_SERIES`, `COLUMN_IN`, `PAGE_IN`, and `_save` (PNG and PDF).
+`suptitle`, `fig_legend`, `LegendGroup`, `log_ticks`, `ci_points` (a series with its CI
+error bars and hollow markers) with `LegendMarks` (the legend entries that explain them), the
+constants `FONT_FLOOR_PT`, `HOLLOW_FACE`, `MAX_SERIES`, `COLUMN_IN`, `PAGE_IN`, and `_save`
+(PNG and PDF).
 Figures:
 - `latency_cdfs`: TTFT and end-to-end latency CDFs, schedulers overlaid on one log-x axis;
 - `metric_vs_load`: sweep metrics (e.g. evictions per 1,000 requests) against a parameter;
@@ -54,6 +59,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.colors import to_rgb
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -234,6 +240,48 @@ def _seconds_axis(ax: Any) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+# Decades per inch of axis up to which a log axis gets ticks at 1, 2 and 5 x 10^k, three a
+# decade; beyond, powers of ten only. x: a plain number of up to four digits at 7 pt is about
+# 0.25 in wide, so 0.4 in a label; y: labels stack, 0.12 in high, so 0.2 in a label.
+LOG_DECADES_PER_INCH_125 = {"x": 0.8, "y": 1.6}
+
+
+class _RoomyLogLocator(LogLocator):
+    """Ticks at 1, 2 and 5 x 10^k (and 3 x 10^k under a decade) while the axis has room for
+    them, powers of ten beyond (decided when the ticks are drawn, from the view and the
+    axis' length)."""
+
+    def __init__(self, ax: Any, which: str, inches: float | None = None) -> None:
+        super().__init__(base=10, subs=(1.0,), numticks=30)  # numticks: no thinning
+        self._ax, self._which, self._inches = ax, which, inches
+
+    def tick_values(self, vmin: float, vmax: float) -> Any:
+        lo, hi = sorted((vmin, vmax))
+        decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+        inches = self._inches
+        if inches is None:
+            box, fig = self._ax.get_position(), self._ax.get_figure(root=True)
+            inches = (box.width * fig.get_figwidth() if self._which == "x"
+                      else box.height * fig.get_figheight())
+        roomy = decades <= LOG_DECADES_PER_INCH_125[self._which] * inches
+        # under a decade, 3 x 10^k too: two or more labels on every axis
+        subs = ((1.0, 2.0, 3.0, 5.0) if decades < 1.0 else (1.0, 2.0, 5.0)) if roomy else (1.0,)
+        self.set_params(subs=subs)
+        return super().tick_values(vmin, vmax)
+
+
+def log_ticks(ax: Any, which: str = "x", inches: float | None = None) -> None:
+    """A log axis (`which`: "x" or "y") labelled as plain numbers (`500`, not `5 x 10^2`),
+    with ticks at 1, 2 and 5 x 10^k where the axis has room for them
+    (`LOG_DECADES_PER_INCH_125`), at powers of ten beyond, no minor labels; `inches`: the
+    axis' length (default: as the figure places it when drawn)."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis.set_major_locator(_RoomyLogLocator(ax, which, inches))
+    axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 # --- per-job series ---------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -331,13 +379,24 @@ def _panels(jobs: Sequence[JobSeries]) -> list[str]:
     return list(dict.fromkeys(j.panel for j in jobs)) or [""]
 
 
+# A legend entry's width: its text at 7 pt (about 0.05 in a character) and its handle with
+# the spacing around it.
+LEGEND_CHAR_IN = 0.05
+LEGEND_HANDLE_IN = 0.55
+
+
 def fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
     """The figure's one legend, below the panels (`note` as its title), in columns that fit
     the figure's width."""
     if handles:
-        across = 4 if fig.get_figwidth() > COLUMN_IN + 0.5 else 2  # fits the figure's width
-        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), across),
-                   title=note or None, title_fontsize=SMALL_PT)
+        parts = [h.parts if isinstance(h, LegendGroup) else h for h in handles]
+        labels = [h.get_label() for h in handles]
+        # as many columns as the widest entry allows across the figure (4 at most)
+        widest = max(len(text) for text in labels) * LEGEND_CHAR_IN + LEGEND_HANDLE_IN
+        across = max(1, min(4, int(fig.get_figwidth() // widest)))
+        fig.legend(parts, labels, loc="outside lower center", ncol=min(len(handles), across),
+                   title=note or None, title_fontsize=SMALL_PT,
+                   handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)})
     elif note:
         fig.text(0.5, 0.0, note, ha="center", va="top", fontsize=SMALL_PT)
 
@@ -590,6 +649,11 @@ class _Encoding:
             marker, i = self.markers[key[i]], i + 1
         return {"ls": ls, "marker": marker, "color": shade(color, self.tones[key[i:]])}
 
+    def names(self, key: tuple[str, ...]) -> list[str]:
+        """A series' settings in words (`key` as `key` returns it)."""
+        params = [p for p in (self.style_key, self.marker_key) if p] + list(self.shade_keys)
+        return [value_label(p, v) for p, v in zip(params, key, strict=True)]
+
     def handles(self) -> list[Any]:
         """Legend entries of every encoded parameter, in grey."""
         out: list[Any] = []
@@ -661,11 +725,14 @@ def ci_points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarra
     """A series of `column` (times `scale`) at `x`: its line (unless categorical), its 95 %
     CI as error bars when the frame has `<column>_ci_lo` / `_ci_hi` (means over
     realisations), and its markers, hollow where the statistic rests on fewer than
-    `FEW_VICTIMS` victims (`realizations.victim_counts`)."""
+    `FEW_VICTIMS` victims (`realizations.victim_counts`). `draw` may carry `zorder` and
+    `clip_on` for the series' line and markers (a zero series on top, unclipped by the axis
+    at 0: `metric_vs_load`)."""
     y = pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float) * scale
     color, marker = draw["color"], draw["marker"]
+    layer = {k: draw[k] for k in ("zorder", "clip_on") if k in draw}
     if line:
-        ax.plot(x, y, ls=draw["ls"], color=color, marker="")
+        ax.plot(x, y, ls=draw["ls"], color=color, marker="", **layer)
     lo_col, hi_col = f"{column}_ci_lo", f"{column}_ci_hi"
     if lo_col in df and hi_col in df:
         lo = pd.to_numeric(df[lo_col], errors="coerce").to_numpy(dtype=float) * scale
@@ -684,8 +751,36 @@ def ci_points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarra
         pick = (few == hollow) & np.isfinite(y)
         if pick.any():
             ax.plot(x[pick], y[pick], ls="", marker=marker, color=color, mec=color,
-                    mfc=HOLLOW_FACE if hollow else color)
+                    mfc=HOLLOW_FACE if hollow else color, **layer)
             marks.hollow |= hollow
+
+
+# A series that is 0 everywhere lies on the x axis, under any other series near 0: drawn
+# above them and the spines (lines 2, spines 2.5), its markers not clipped at the axis.
+ZERO_ZORDER = 3.5
+
+
+def _all_zero(values: pd.Series) -> bool:
+    """Whether a series has values and every one of them is 0."""
+    y = pd.to_numeric(values, errors="coerce").dropna()
+    return bool(len(y)) and bool((y == 0).all())
+
+
+def _zero_notes(groups: Sequence[tuple[Any, pd.DataFrame]], zero: set[Any], enc: _Encoding,
+                x: str | None, n_x: int) -> list[str]:
+    """The panel's words for its series that are 0 at every x (`SGLang: 0 at every load`):
+    a scheduler by its name when all its series are, else each series by its setting."""
+    where = f" at every {param_label(x).split(' (')[0]}" if x and n_x > 1 else ""
+    names: list[str] = []
+    for sched in dict.fromkeys(str(sc) for (sc, _), _g in groups):
+        mine = [key for (sc, key), _g in groups if str(sc) == sched]
+        name = SCHEDULER_NAMES.get(sched, sched)
+        if all((sched, key) in zero for key in mine):
+            names.append(name)
+        else:
+            names += [", ".join([name, *enc.names(tuple(key))]) for key in mine
+                      if (sched, key) in zero]
+    return [f"{'; '.join(names)}: 0{where}"] if names else []
 
 
 def metric_vs_load(frame: pd.DataFrame, x: str | None,
@@ -730,13 +825,18 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
                 continue
             absent = [SCHEDULER_NAMES.get(str(sc), str(sc)) for sc in scheds
                       if y_all[df["scheduler"] == sc].isna().all()]
-            if absent:  # above the panel, where no point can sit
-                ax.set_title(wrapped(f"{', '.join(absent)}: {m.missing}", width / ncol),
+            zero = {gk for gk, g in groups if _all_zero(g[m.column])}
+            notes = [f"{', '.join(absent)}: {m.missing}"] * bool(absent)
+            notes += _zero_notes(groups, zero, enc, x, len(xs))
+            if notes:  # above the panel, where no point can sit
+                ax.set_title(wrapped("\n".join(notes), width / ncol),
                              loc="left", fontsize=SMALL_PT, color="0.35")
             for k, ((sched, key), g) in enumerate(groups):
                 g = g.sort_values("_x")
                 draw = enc.draw(tuple(key), scheduler_color(str(sched)))  # type: ignore[arg-type]
                 draw["marker"] = scheduler_marker(str(sched))
+                if (sched, key) in zero:  # on top of the others' lines and the axis at 0
+                    draw.update(zorder=ZERO_ZORDER, clip_on=False)
                 # side by side only where error bars or categories would overlap
                 apart = lanes if ticks is not None or f"{m.column}_ci_lo" in df else 1
                 at = _dodged(g["_x"].to_numpy(dtype=float), k, apart, span, log)
@@ -894,20 +994,44 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                         ax.fill_between(x, lo, hi, color=color, alpha=0.25, lw=0)
                     x, y = _stairs(j.kv, j.kv.mean["kv_used_tokens"] * cap)
                     ax.plot(x, y, color=color, lw=0.9)
+        # each legend swatch in the colours of what it labels: one part per scheduler drawn
+        drawn = [s for s in scheds if any(j.scheduler == s for j in jobs)]
         if single:
-            color = "0.3"
-            handles: list[Any] = [Line2D([], [], color=color, lw=0.9, label="mean per bin"),
-                                  Patch(color=color, alpha=0.25, label="max per bin"),
-                                  Patch(color="0.88", label="idle (no step)")]
+            handles: list[Any] = [
+                _each(drawn, lambda s: Line2D([], [], color=scheduler_color(s), lw=0.9),
+                      "mean per bin"),
+                _each(drawn, lambda s: Patch(color=scheduler_color(s), alpha=0.25, lw=0),
+                      "max per bin")]
+            if any(_idle_spans(j.kv) for j in jobs):  # named only when drawn
+                handles.append(Patch(color="0.88", lw=0, label="idle (no step)"))
             fig_legend(fig, handles)
         else:
             labels = sorted(dict.fromkeys((j.shade, j.label) for j in jobs))
             heading = labels[0][1].rpartition(": ")[0] if labels else ""
-            handles = [Line2D([], [], color=shade("#404040", t),
-                              label=lab.rpartition(": ")[2] or "job") for t, lab in labels]
+            handles = [LegendGroup(tuple(Line2D([], [], color=shade(scheduler_color(s), t),
+                                                lw=0.9) for s in drawn),
+                                   lab.rpartition(": ")[2] or "job") for t, lab in labels]
             fig_legend(fig, handles, heading or shade_note)
         suptitle(fig, title or f"KV pool use over {clock_words(clocks)}")
         return _save(fig, path, pdf)
+
+
+@dataclass(frozen=True)
+class LegendGroup:
+    """One legend entry drawn as several swatches side by side (one per scheduler: each in
+    the colour of the artists it labels); `fig_legend` draws it with `HandlerTuple`."""
+
+    parts: tuple[Any, ...]
+    label: str
+
+    def get_label(self) -> str:
+        """The entry's text (what `Legend` asks a handle for)."""
+        return self.label
+
+
+def _each(scheds: Sequence[str], make: Any, label: str) -> LegendGroup:
+    """A legend entry with one swatch per scheduler, `make(scheduler)` each."""
+    return LegendGroup(tuple(make(s) for s in scheds), label)
 
 
 def shades(values: Sequence[Any]) -> dict[Any, float]:

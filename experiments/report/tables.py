@@ -867,7 +867,7 @@ EVICTION_METRICS = (
     ("preempted_request_share", "requests evicted (%)", 100.0, "no data"),
     ("recomputed_token_share", "prefill recomputed (%)", 100.0, "no data"),
     ("prefix_recovery_on_resume", "prefix recovered on resume (%)", 100.0,
-     "no evictions: nothing resumed"),
+     "no readmissions: n/a"),
 )
 VICTIM_FIGURE_METRICS = ("median_e2el_victim_ms", "median_e2el_nonvictim_ms",
                          "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms")

@@ -274,8 +274,11 @@ def summarize(requests: RecordSource, steps: RecordSource,
     out["prefix_cache_hit_rate"] = _ratio(float(cache.first_hit_tokens), cache.admitted_prompt)
     out["prefix_cache_hit_tokens_on_resume"] = cache.hit_tokens - cache.first_hit_tokens
     out["computed_tokens_at_preemption"] = cache.computed_at_preemption
+    # over readmissions only: a victim never readmitted (unfinished at the end) resumed
+    # nothing; with no readmission at all the share is undefined (NaN, "n/a"), never 0
+    out["prefix_recovery_readmissions"] = cache.readmissions
     out["prefix_recovery_on_resume"] = _ratio(float(cache.recovered),
-                                              float(cache.computed_at_preemption))
+                                              float(cache.lost_at_readmission))
     out.update(occ)
     out.update(_swap_totals(requests, steps))
     return out
@@ -411,6 +414,8 @@ class _CacheTotals:
     admitted_prompt: int = 0  # prompt tokens of the requests ever admitted
     computed_at_preemption: int = 0
     recovered: int = 0  # see `_recovered`
+    lost_at_readmission: int = 0  # computed at the preemptions that a readmission followed
+    readmissions: int = 0
 
 
 def _prefix_cache_totals(requests: RecordSource) -> _CacheTotals:
@@ -428,23 +433,31 @@ def _prefix_cache_totals(requests: RecordSource) -> _CacheTotals:
         tot.admitted_prompt += int(_i64(b, "prompt_len")[admitted].sum())
         at_pre = pc.list_flatten(b.column("computed_at_preemption")).to_numpy()
         tot.computed_at_preemption += int(np.asarray(at_pre, dtype=np.int64).sum())
-        tot.recovered += _recovered(b)
+        recovered, lost, readmissions = _recovered(b)
+        tot.recovered += recovered
+        tot.lost_at_readmission += lost
+        tot.readmissions += readmissions
     return tot
 
 
-def _recovered(requests: pa.RecordBatch) -> int:
-    """Tokens found cached at each readmission, each capped at what the victim had computed
-    when that preemption happened (a shared prefix can return more than it lost)."""
+def _recovered(requests: pa.RecordBatch) -> tuple[int, int, int]:
+    """Over every readmission after a preemption: the tokens found cached, each capped at
+    what the victim had computed when that preemption happened (a shared prefix can return
+    more than it lost); what it had computed then; and the number of readmissions. A
+    preemption that no readmission followed (the run ended first) counts in none."""
     npre = _i64(requests, "num_preemptions")
     rows = np.flatnonzero(npre > 0)
     if rows.size == 0:
-        return 0
+        return 0, 0, 0
     sub = requests.take(pa.array(rows))
-    total = 0
+    recovered = lost_total = readmissions = 0
     for hits, lost in zip(sub.column("prefix_hit_tokens").to_pylist(),
                           sub.column("computed_at_preemption").to_pylist(), strict=True):
-        total += sum(min(h, c) for h, c in zip(hits[1:], lost, strict=False))
-    return total
+        for h, c in zip(hits[1:], lost, strict=False):
+            recovered += min(h, c)
+            lost_total += c
+            readmissions += 1
+    return recovered, lost_total, readmissions
 
 
 _STEP_COLUMNS = ("num_prefill_tokens", "num_decode_tokens", "kv_used_tokens",

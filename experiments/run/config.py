@@ -180,7 +180,10 @@ class RealExecutorSchema:
     model group's `checkpoint` (e.g. model=smollm2_135m). `timer`: auto (min_of_k on a CPU,
     wall on a GPU) | wall | cpu (the process's CPU time, one torch thread) | min_of_k (each
     step's forward pass run `timer_repeats` times, the fastest kept: steady on a machine
-    shared with other work; DESIGN.md "The real executor's step clock").
+    shared with other work) | reference (min_of_k scaled by a fixed reference step's time
+    over its fastest pass beside the step's: a slowdown both share cancels;
+    `timer_reference_s` pins the reference's time, null: measured at start; DESIGN.md "The
+    real executor's step clock").
     `auto_kv_capacity_tokens`: the pool `kv_capacity_tokens=auto` (the default) gives this
     executor: auto sizes a simulated GPU's memory, which says nothing of the host or device
     the real model runs on, so the real executor takes this stated number instead (recorded
@@ -193,6 +196,7 @@ class RealExecutorSchema:
     device: str | None = None
     timer: str = "auto"
     timer_repeats: int = ranged(3, low=1, high=100)
+    timer_reference_s: float | None = ranged(None, low=0.0, low_open=True, high=3600.0)
     auto_kv_capacity_tokens: int = ranged(16384, low=1, high=1 << 40)
 
 

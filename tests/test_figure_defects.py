@@ -1,0 +1,203 @@
+"""The figure defects of issue 30 item 7, each read off the drawn artists: a series at 0
+everywhere stays visible and is said; the KV-use legend's swatches have the colours of what
+they label; the victim-policy figures and the real-model step-time figure keep the report's
+rules (fonts at the floor or above, text inside the figure and clear of other text, one
+legend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from conftest import load_script
+from figure_checks import layout_problems, legends, saved_figures
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgba
+from matplotlib.patches import Rectangle
+
+from experiments.report.figures import (
+    SCHEDULER_NAMES,
+    ZERO_ZORDER,
+    JobSeries,
+    Metric,
+    kv_use_over_time,
+    metric_vs_load,
+    scheduler_color,
+    victims_vs_others,
+)
+from experiments.report.step_time import StepTimes, step_time_figure
+from experiments.report.tables import EVICTION_METRICS
+from experiments.results.timeseries import bin_steps
+
+LOADS = (1.0, 1.5, 2.0, 3.0, 4.0)
+
+
+def eviction_frame(sglang: float = 0.0) -> pd.DataFrame:
+    """Q1's shape: vLLM evicts a lot on conv and a little on code, SGLang `sglang` times
+    as much as vLLM on code (0: never)."""
+    rows = []
+    for workload, scale in (("azure_conv", 100.0), ("azure_code", 1.0)):
+        for load in LOADS:
+            for sched in ("vllm", "sglang"):
+                v = scale * load * (1.0 if sched == "vllm" else sglang / scale)
+                rows.append({"scheduler": sched, "workload": workload,
+                             "workload.rate_scale": load, "status": "ok",
+                             "preemptions_per_1k_requests": v,
+                             "preempted_request_share": v / 1000.0,
+                             "recomputed_token_share": v / 4000.0,
+                             "prefix_recovery_on_resume": 0.8 if v else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def draw_evictions(frame: pd.DataFrame, path: Path) -> object:
+    with saved_figures() as figs:
+        metric_vs_load(frame, "workload.rate_scale", [Metric(*m) for m in EVICTION_METRICS],
+                       path, ("scheduler", "workload"))
+    return figs[0]
+
+
+def lines_of(ax: object, sched: str) -> list[object]:
+    """The lines (and markers) drawn in the scheduler's colour with a point to show."""
+    color = to_rgba(scheduler_color(sched))
+    return [ln for ln in ax.get_lines()  # type: ignore[attr-defined]
+            if np.allclose(to_rgba(ln.get_color()), color)
+            and np.isfinite(np.asarray(ln.get_ydata(), dtype=float)).any()]
+
+
+def test_a_scheduler_at_zero_everywhere_is_drawn_on_top_and_said(tmp_path: Path) -> None:
+    # issue 30: SGLang's zero line hid under vLLM's code line near 0 in evictions_vs_load
+    fig = draw_evictions(eviction_frame(), tmp_path / "evictions_vs_load.png")
+    evictions = fig.axes[0]  # type: ignore[attr-defined]
+    assert evictions.get_title(loc="left") == "SGLang: 0 at every load"
+    zero, others = lines_of(evictions, "sglang"), lines_of(evictions, "vllm")
+    assert zero and others
+    assert min(ln.get_zorder() for ln in zero) == ZERO_ZORDER > max(
+        ln.get_zorder() for ln in others)
+    assert not any(ln.get_clip_on() for ln in zero)  # markers at 0 not cut by the axis
+    assert all(ln.get_clip_on() for ln in others)
+    # recovery: SGLang never readmitted, so n/a (not drawn), said; not a 0
+    recovery = fig.axes[3]  # type: ignore[attr-defined]
+    assert not lines_of(recovery, "sglang")
+    assert recovery.get_title(loc="left") == "SGLang: no readmissions: n/a"
+    assert layout_problems(fig) == []
+
+
+def test_only_the_zero_series_of_a_scheduler_is_named(tmp_path: Path) -> None:
+    frame = eviction_frame(sglang=3.0)
+    code = (frame["scheduler"] == "vllm") & (frame["workload"] == "azure_code")
+    frame.loc[code, "preemptions_per_1k_requests"] = 0.0
+    fig = draw_evictions(frame, tmp_path / "e.png")
+    assert fig.axes[0].get_title(loc="left") == (  # type: ignore[attr-defined]
+        "vLLM, Azure code: 0 at every load")
+    assert fig.axes[1].get_title(loc="left") == ""  # type: ignore[attr-defined]
+
+
+def kv_job(sched: str) -> JobSeries:
+    steps = pa.table({"start_time": [0.0, 1.0, 5.0], "duration_s": [1.0, 1.0, 1.0],
+                      "kv_used_tokens": [10, 60, 30], "num_preempted": [0, 0, 0]})
+    return JobSeries(sched, "", np.array([0.1]), np.array([1.0]), bin_steps(steps, 12), 100)
+
+
+def test_kv_use_legend_swatches_have_the_colours_they_label(tmp_path: Path) -> None:
+    # issue 30: the "max per bin" swatch was grey, the bands it labels blue and orange
+    with saved_figures() as figs:
+        kv_use_over_time([kv_job("vllm"), kv_job("sglang")], tmp_path / "kv.png")
+    fig = figs[0]
+    bands = [to_rgba(c.get_facecolor()[0]) for ax in fig.axes for c in ax.collections
+             if isinstance(c, PolyCollection)]
+    spans = [to_rgba(p.get_facecolor()) for ax in fig.axes for p in ax.patches]
+    (legend,) = fig.legends
+    swatches = [to_rgba(r.get_facecolor()) for r in legend.findobj(Rectangle)
+                if r is not legend.legendPatch and r.get_visible() and r.get_width() > 0
+                and r.get_height() > 0 and r.get_facecolor()[3] > 0]
+    assert {scheduler_color("vllm"), scheduler_color("sglang")} and bands and spans
+    for color in {*bands, *spans}:  # every coloured area drawn has its swatch...
+        assert any(np.allclose(color, s) for s in swatches), color
+    for s in swatches:  # ...and every swatch is the colour of something drawn
+        assert any(np.allclose(s, c) for c in [*bands, *spans]), s
+    assert layout_problems(fig) == []
+    # without idle time, no idle entry: the legend names only what is drawn
+    busy = pa.table({"start_time": [0.0, 1.0], "duration_s": [1.0, 1.0],
+                     "kv_used_tokens": [10, 60], "num_preempted": [0, 0]})
+    job = JobSeries("vllm", "", np.array([0.1]), np.array([1.0]), bin_steps(busy, 4), 100)
+    with saved_figures() as figs:
+        kv_use_over_time([job], tmp_path / "busy.png")
+    (legend,) = figs[0].legends
+    assert [t.get_text() for t in legend.get_texts()] == ["mean per bin", "max per bin"]
+
+
+def policy_stats() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    policy_report = load_script("policy_report")
+    rows = [{"scheduler": s, "mode": m, "load": load, "policy": p, "realization": k,
+             "status": "ok", "num_preemptions": float(rng.integers(0, 1100)),
+             "num_victims": float(rng.integers(0, 900)),
+             "p99_e2el_victim_ms": float(rng.uniform(5e3, 1e5)),
+             "p99_e2el_ms": float(rng.uniform(5e3, 7e4)),
+             "slo_attainment": float(rng.uniform(0, 1)),
+             "swap_time_share": float(rng.uniform(0, 0.01)) if m == "swap" else 0.0}
+            for s in ("vllm", "sglang") for m in policy_report.MODES for load in (1.0, 1.5)
+            for p in policy_report.POLICIES for k in range(3)]
+    return policy_report.policy_stats(pd.DataFrame(rows))
+
+
+def test_victim_policy_figures_keep_the_report_rules(tmp_path: Path) -> None:
+    # issue 30: clipped titles, overlapping labels and 5.5-6 pt fonts in the swap figures
+    policy_report = load_script("policy_report")
+    stats = policy_stats()
+    with saved_figures() as figs:
+        policy_report.policy_figure(stats, tmp_path / "p.png")
+        policy_report.swap_figure(stats, tmp_path / "s.png")
+    assert len(figs) == 2
+    for fig in figs:
+        assert layout_problems(fig) == []
+        assert legends(fig) == 1
+    titles = {ax.get_title() for ax in figs[1].axes} - {""}
+    assert titles == {SCHEDULER_NAMES["vllm"], SCHEDULER_NAMES["sglang"]}
+    # one scheduler at one load (the study's run): a column-wide figure, still within rules
+    one = stats[(stats["scheduler"] == "vllm") & (stats["load"] == 1.0)]
+    with saved_figures() as figs:
+        policy_report.policy_figure(one, tmp_path / "p1.png")
+        policy_report.swap_figure(one, tmp_path / "s1.png")
+    for fig in figs:
+        assert layout_problems(fig) == [] and legends(fig) == 1
+
+
+def test_step_time_ticks_never_collide(tmp_path: Path) -> None:
+    # issue 30: real_model's step_time figure had colliding tick labels ("3x10^2" beside
+    # "4x10^2"); over three and a half decades, a column of a paper wide
+    rng = np.random.default_rng(1)
+
+    def steps(lo: float, hi: float) -> StepTimes:
+        measured = np.exp(rng.uniform(np.log(lo), np.log(hi), 300))
+        return StepTimes(measured, measured * rng.uniform(0.7, 1.3, 300),
+                         rng.uniform(size=300) < 0.2)
+
+    for panels in ({"vllm": steps(0.035, 0.6), "sglang": steps(0.03, 0.25)},
+                   {"vllm": steps(0.001, 4.0), "sglang": steps(0.002, 0.3)},
+                   {"vllm": steps(0.04, 0.09)}):
+        with saved_figures() as figs:
+            step_time_figure(panels, tmp_path / "step_time.png", pdf=False)
+        (fig,) = figs
+        assert layout_problems(fig) == []
+        for ax in fig.axes:  # at least two labelled ticks on each axis
+            for axis in (ax.xaxis, ax.yaxis):
+                lo, hi = sorted(axis.get_view_interval())
+                shown = [t for t in axis.get_major_ticks()
+                         if lo <= t.get_loc() <= hi and t.label1.get_text()]
+                assert len(shown) >= 2, [t.get_loc() for t in shown]
+
+
+def test_a_long_legend_entry_takes_a_row_of_its_own(tmp_path: Path) -> None:
+    # the categorical victims figure's legend ran past a column-wide figure's edge
+    frame = pd.DataFrame({"scheduler": ["vllm", "sglang"], "status": ["ok", "ok"],
+                          "median_e2el_victim_ms": [15000.0, float("nan")],
+                          "p99_e2el_victim_ms": [25000.0, float("nan")],
+                          "median_e2el_nonvictim_ms": [11000.0, 17000.0],
+                          "p99_e2el_nonvictim_ms": [29000.0, 36000.0]})
+    with saved_figures() as figs:
+        victims_vs_others(frame, None, tmp_path / "v.png")
+    (fig,) = figs
+    assert layout_problems(fig) == [] and legends(fig) == 1

@@ -21,7 +21,9 @@ part that ran one rate: `--load`), and writes into OUT:
 - `policies.png`: evictions, SLO attainment and p99 E2E latency against the policy, one
   panel per scheduler and mode, one bar per load, with 95 % CIs;
 - `swap_vs_recompute.png`: p99 E2E latency against the policy, recompute against swap, per
-  scheduler and load, and the swap copy time share, with 95 % CIs.
+  scheduler and load, and the swap copy time share, with 95 % CIs;
+- `vs_default.png`: the paired differences of `vs_default.csv` (SLO attainment, p99 E2E
+  latency, evictions) against the policy, with their 95 % CIs.
 """
 
 from __future__ import annotations
@@ -292,7 +294,8 @@ def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
                 if c == 0:
                     ax.set_ylabel(wrapped(label, 1.6))
         fig_legend(fig, _load_handles(scheds, loads, patch=True),
-                   "bars: load, light to dark; error bars: 95 % CI over realisations")
+                   ("bars: load, light to dark; " if len(loads) > 1 else "")
+                   + "error bars: 95 % CI over realisations")
         suptitle(fig, "Evictions, SLO attainment and tail latency per victim policy")
         return _save(fig, path)
 
@@ -340,6 +343,53 @@ def swap_figure(stats: pd.DataFrame, path: Path) -> Path:
         return _save(fig, path)
 
 
+def versus_figure(vs: pd.DataFrame, path: Path) -> Path:
+    """The paired differences from the default policy (`versus_default`) of SLO attainment,
+    p99 E2E latency and evictions against the policy, one column per scheduler and mode,
+    one marker per load, with 95 % CIs; a line at 0 (the default)."""
+    loads = sorted(vs["load"].unique())
+    panels = [(s, m) for s in registry.names() for m in MODES
+              if len(vs[(vs["scheduler"] == s) & (vs["mode"] == m)])]
+    scheds = list(dict.fromkeys(s for s, _ in panels))
+    metrics = [("slo_attainment", "SLO attainment, policy - default (points)", 100.0),
+               ("p99_e2el_ms", "p99 E2E latency, policy - default (s)", 1e-3),
+               ("num_preemptions", "evictions per run, policy - default", 1.0)]
+    others = [p for p in POLICIES if p != "default"]
+    x = np.arange(len(others))
+    width = COLUMN_IN if len(panels) == 1 else PAGE_IN
+    with style():
+        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(width, 6.2),
+                                 squeeze=False, sharey="row", sharex=True,
+                                 layout="constrained")
+        for c, (sched, mode) in enumerate(panels):
+            for r, (metric, label, scale) in enumerate(metrics):
+                ax = axes[r][c]
+                ax.axhline(0.0, color="0.4", lw=0.8)
+                for k, load in enumerate(loads):
+                    g = vs[(vs["scheduler"] == sched) & (vs["mode"] == mode)
+                           & (vs["load"] == load)].set_index("policy").reindex(others)
+                    mean = scale * g[metric].to_numpy(dtype=float)
+                    lo = scale * g[f"{metric}_ci_lo"].to_numpy(dtype=float)
+                    hi = scale * g[f"{metric}_ci_hi"].to_numpy(dtype=float)
+                    err = np.clip(np.vstack([np.nan_to_num(mean - lo), np.nan_to_num(hi - mean)]),
+                                  0.0, None)
+                    dx = (k - (len(loads) - 1) / 2) * 0.15
+                    ax.errorbar(x + dx, mean, yerr=err, ls="none", marker="o",
+                                color=_load_shade(sched, k, len(loads)), **_ERR)
+                ax.set_xticks(x, [p.replace("_", " ") for p in others]
+                              if r == len(metrics) - 1 else [], rotation=90)
+                ax.set_xlim(-0.6, len(others) - 0.4)
+                if r == 0:
+                    ax.set_title(wrapped(f"{SCHEDULER_NAMES.get(sched, sched)}, {mode}",
+                                         width / len(panels)))
+                if c == 0:
+                    ax.set_ylabel(wrapped(label, 1.6))
+        fig_legend(fig, _load_handles(scheds, loads, patch=False),
+                   "paired by realisation (same requests and arrivals); error bars: 95 % CI")
+        suptitle(fig, "Each victim policy against the default, realisation by realisation")
+        return _save(fig, path)
+
+
 def write_policy_report(out: str | Path, parts: Sequence[str], capacity_file: str | Path,
                         figures: bool = True, load: float | None = None) -> dict[str, Path]:
     """Write the study's summary tables and figures into `out` (see the module docstring);
@@ -369,6 +419,7 @@ def write_policy_report(out: str | Path, parts: Sequence[str], capacity_file: st
     if figures:
         paths["policies.png"] = policy_figure(stats, root / "policies.png")
         paths["swap_vs_recompute.png"] = swap_figure(stats, root / "swap_vs_recompute.png")
+        paths["vs_default.png"] = versus_figure(vs, root / "vs_default.png")
     return paths
 
 

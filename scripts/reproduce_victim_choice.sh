@@ -17,7 +17,7 @@ py=${PYTHON:-.venv/bin/python}
 from experiments.inputs.workloads.replay import trace_path
 trace_path(None, "azure2023/AzureLLMInferenceTrace_conv.csv")  # fails with the folder to fix
 PY
-scripts/_study.sh victim_choice main "Q3: victim choice against load, main setting" \
+scripts/_study.sh victim_choice main "Q3: victim choice, main setting" \
     num_preemptions,num_victims,recomputed_tokens,recomputed_token_share,median_e2el_victim_ms,median_e2el_nonvictim_ms,p99_e2el_ms,slo_attainment "$@"
 "$py" scripts/victim_report.py results/victim_choice/runs/main/sweep results/victim_choice/main
 wall_time victim_choice "$start" "tables and figures in results/victim_choice/main"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The study of issue 8: every victim policy x both preemption modes (recompute, swap to a host
-# pool as large as the device pool) x both schedulers, at loads relative to each scheduler's
-# capacity, over 5 realisations (conf/experiment/victim_policies.yaml: Q3's main setting,
+# pool as large as the device pool) x the schedulers of SCHEDULERS, at loads relative to each
+# scheduler's capacity, over 5 realisations (conf/experiment/victim_policies.yaml: Q3's main setting,
 # the Azure 2023 conv trace in 1,000-request windows).
 #   1. the capacity of each scheduler under its default policy in recompute mode: Q3's
 #      search of the same config (results/victim_choice/runs/main/capacity/capacity.json,
@@ -64,7 +64,7 @@ for sched in "${schedulers[@]}"; do
     rates=$("$py" - "$capacity" "$sched" "${loads[@]}" <<'PY'
 import json, sys
 cap = json.load(open(sys.argv[1]))["schedulers"][sys.argv[2]]["capacity"]
-print(",".join(f"{float(load) * cap:.6g}" for load in sys.argv[3:]))
+print(",".join(repr(float(load) * cap) for load in sys.argv[3:]))  # all digits: Q3's rates
 PY
 )
     "$py" -m experiments.run -m experiment=victim_policies "scheduler=$sched" \

@@ -128,7 +128,7 @@ def test_kv_use_legend_swatches_have_the_colours_they_label(tmp_path: Path) -> N
     assert [t.get_text() for t in legend.get_texts()] == ["mean per bin", "max per bin"]
 
 
-def policy_stats() -> pd.DataFrame:
+def policy_runs() -> pd.DataFrame:
     rng = np.random.default_rng(0)
     policy_report = load_script("policy_report")
     rows = [{"scheduler": s, "mode": m, "load": load, "policy": p, "realization": k,
@@ -140,7 +140,14 @@ def policy_stats() -> pd.DataFrame:
              "swap_time_share": float(rng.uniform(0, 0.01)) if m == "swap" else 0.0}
             for s in ("vllm", "sglang") for m in policy_report.MODES for load in (1.0, 1.5)
             for p in policy_report.POLICIES for k in range(3)]
-    return policy_report.policy_stats(pd.DataFrame(rows))
+    for row in rows:
+        row["request_goodput"] = row["slo_attainment"] * 4.0
+        row["recomputed_token_share"] = row["slo_attainment"] / 10.0
+    return pd.DataFrame(rows)
+
+
+def policy_stats() -> pd.DataFrame:
+    return load_script("policy_report").policy_stats(policy_runs())
 
 
 def test_victim_policy_figures_keep_the_report_rules(tmp_path: Path) -> None:
@@ -162,6 +169,13 @@ def test_victim_policy_figures_keep_the_report_rules(tmp_path: Path) -> None:
         policy_report.policy_figure(one, tmp_path / "p1.png")
         policy_report.swap_figure(one, tmp_path / "s1.png")
     for fig in figs:
+        assert layout_problems(fig) == [] and legends(fig) == 1
+    # the paired differences from the default, both schedulers and one
+    runs = policy_runs()
+    for frame in (runs, runs[(runs["scheduler"] == "vllm") & (runs["load"] == 1.0)]):
+        with saved_figures() as figs:
+            policy_report.versus_figure(policy_report.versus_default(frame), tmp_path / "v.png")
+        (fig,) = figs
         assert layout_problems(fig) == [] and legends(fig) == 1
 
 

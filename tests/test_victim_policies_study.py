@@ -67,7 +67,7 @@ def test_tiny_victim_policy_study_runs_end_to_end(tmp_path: Path) -> None:
     with open(out / "vs_default.csv") as f:
         vs = list(csv.DictReader(f))
     assert len(vs) == 8 and {r["policy"] for r in vs} == {"most_kv"}  # the default left out
-    for name in ("policies.png", "swap_vs_recompute.png"):
+    for name in ("policies.png", "swap_vs_recompute.png", "vs_default.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
 
 

@@ -23,6 +23,8 @@ from experiments.report.figures import (
     JobSeries,
     Metric,
     kv_use_over_time,
+    log_subs,
+    log_ticks,
     metric_vs_load,
     scheduler_color,
     victims_vs_others,
@@ -215,3 +217,22 @@ def test_a_long_legend_entry_takes_a_row_of_its_own(tmp_path: Path) -> None:
         victims_vs_others(frame, None, tmp_path / "v.png")
     (fig,) = figs
     assert layout_problems(fig) == [] and legends(fig) == 1
+
+
+def test_a_log_axis_gets_the_ticks_its_length_has_room_for() -> None:
+    assert log_subs(40.0, 600.0, 3.0, 0.4) == (1.0, 2.0, 5.0)  # 50 100 200 500
+    assert log_subs(1.0, 1e4, 3.0, 0.4) == (1.0,)  # four decades: powers of ten
+    assert log_subs(5.05, 14.3, 1.6, 0.2) == (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+    import matplotlib.pyplot as plt
+
+    # a p99 axis from 5 s to 14 s (swap figure, Azure code): 6, 8 and 10, not 10 alone
+    fig, ax = plt.subplots(figsize=(3.4, 2.2), layout="constrained")
+    ax.plot([0, 1], [5.05, 14.3])
+    log_ticks(ax, "y", inches=1.6)
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [t.label1.get_text() for t in ax.yaxis.get_major_ticks()
+             if lo <= t.get_loc() <= hi]
+    assert len(shown) >= 3 and "10" in shown
+    assert layout_problems(fig) == []
+    plt.close(fig)

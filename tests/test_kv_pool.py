@@ -141,9 +141,14 @@ def test_mooncake_at_32k_on_llama3_8b_is_refused_before_the_trace_is_read(tmp_pa
         run_experiment(cfg, tmp_path / "job")
 
 
-def test_the_prefix_recovery_study_states_its_long_context_and_warns() -> None:
+def test_the_prefix_recovery_study_clips_its_prompts_to_the_models_context() -> None:
     cfg = job_config("experiment=prefix_recovery", small=False)
-    assert (cfg.max_model_len, cfg.allow_long_max_model_len) == (32768, True)
+    assert cfg.max_model_len is None and not cfg.allow_long_max_model_len
+    assert cfg.workload.long_inputs == "clip"
+    assert cfg.workload.max_input_len < cfg.model.max_position_embeddings
+
+
+def test_a_context_above_the_models_warns_and_the_models_own_does_not() -> None:
     warnings = run_warnings({"max_model_len": 32768, "max_model_len_source": "max_model_len",
                              "model_context_length": 8192, "offered": 0})
     assert any("above the model's context length (8192)" in w for w in warnings)

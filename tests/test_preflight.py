@@ -79,7 +79,8 @@ def test_a_vllm_key_in_the_default_sweep_gets_the_projects_explanation(
     (["-m", "scheduler=sglang", "scheduler.page_size=1,16"], None),
     (["-m", "scheduler.victim_policy=most_kv"], None),  # both schedulers have it
     (["scheduler.max_num_seqs=4"], None),
-    (["-m", "experiment=prefix_recovery", "scheduler.watermark=0.05"], None),  # vLLM only
+    (["-m", "experiment=prefix_recovery", "scheduler=vllm", "scheduler.watermark=0.05"], None),
+    (["-m", "experiment=prefix_recovery", "scheduler.watermark=0.05"], "runs vllm, sglang"),
     (["scheduler.max_seqs=4"], None),  # a typo: explain_override_error lists the valid keys
 ])
 def test_explain_scheduler_keys(argv: list[str], problem: str | None) -> None:

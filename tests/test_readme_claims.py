@@ -59,8 +59,8 @@ def test_readme_timings_are_measurements_the_study_readmes_record(study: str) ->
 def test_the_makefile_quotes_the_readme_s_timings() -> None:
     timings = readme_timings()
     makefile = (ROOT / "Makefile").read_text()
+    # the Makefile need quote no time (make reproduce prints them); any it quotes is measured
     claims = re.findall(r"(\d+) s on 2 cores|about (\d+) minutes? on 2 cores", makefile)
-    assert claims
     for exact, about in claims:
         assert not about, "the Makefile gives a time no script printed: about N minutes"
         assert int(exact) in {seconds(t) for t in timings.values()}, exact

@@ -240,16 +240,38 @@ def _seconds_axis(ax: Any) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-# Decades per inch of axis up to which a log axis gets ticks at 1, 2 and 5 x 10^k, three a
-# decade; beyond, powers of ten only. x: a plain number of up to four digits at 7 pt is about
-# 0.25 in wide, so 0.4 in a label; y: labels stack, 0.12 in high, so 0.2 in a label.
-LOG_DECADES_PER_INCH_125 = {"x": 0.8, "y": 1.6}
+# The room a tick label of a log axis needs along it: x, a plain number of up to four digits
+# at 7 pt (about 0.25 in) and a gap; y, a line of 7 pt text (labels stack) and a gap.
+LOG_LABEL_IN = {"x": 0.4, "y": 0.2}
+# The tick sets a log axis may get, sparsest first (multiples of each power of ten).
+LOG_SUBS: tuple[tuple[float, ...], ...] = (
+    (1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0), (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0))
+
+
+def log_subs(lo: float, hi: float, inches: float, label_in: float) -> tuple[float, ...]:
+    """The tick set of `LOG_SUBS` for a log axis from `lo` to `hi`, `inches` long: the
+    sparsest that puts three ticks in view, or else the densest whose neighbouring ticks are
+    still `label_in` apart (powers of ten when no set is)."""
+    if not (lo > 0 and hi > lo):
+        return LOG_SUBS[0]
+    decades = math.log10(hi / lo)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    best = LOG_SUBS[0]
+    for subs in LOG_SUBS:
+        ticks = sorted(m * 10.0 ** k for k in range(first, last + 1) for m in subs)
+        shown = [t for t in ticks if lo <= t <= hi]
+        gaps = [math.log10(b / a) for a, b in itertools.pairwise(shown)]
+        if gaps and min(gaps) / decades * inches < label_in:
+            break  # this set's labels would collide: keep the sparser one
+        best = subs
+        if len(shown) >= 3:
+            break
+    return best
 
 
 class _RoomyLogLocator(LogLocator):
-    """Ticks at 1, 2 and 5 x 10^k (and 3 x 10^k under a decade) while the axis has room for
-    them, powers of ten beyond (decided when the ticks are drawn, from the view and the
-    axis' length)."""
+    """A log axis' ticks from `log_subs`, decided when the ticks are drawn (from the view
+    and the axis' length)."""
 
     def __init__(self, ax: Any, which: str, inches: float | None = None) -> None:
         super().__init__(base=10, subs=(1.0,), numticks=30)  # numticks: no thinning
@@ -257,24 +279,21 @@ class _RoomyLogLocator(LogLocator):
 
     def tick_values(self, vmin: float, vmax: float) -> Any:
         lo, hi = sorted((vmin, vmax))
-        decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
         inches = self._inches
         if inches is None:
             box, fig = self._ax.get_position(), self._ax.get_figure(root=True)
             inches = (box.width * fig.get_figwidth() if self._which == "x"
                       else box.height * fig.get_figheight())
-        roomy = decades <= LOG_DECADES_PER_INCH_125[self._which] * inches
-        # under a decade, 3 x 10^k too: two or more labels on every axis
-        subs = ((1.0, 2.0, 3.0, 5.0) if decades < 1.0 else (1.0, 2.0, 5.0)) if roomy else (1.0,)
+        subs = log_subs(lo, hi, inches, LOG_LABEL_IN[self._which])
         self.set_params(subs=subs)
         return super().tick_values(vmin, vmax)
 
 
 def log_ticks(ax: Any, which: str = "x", inches: float | None = None) -> None:
     """A log axis (`which`: "x" or "y") labelled as plain numbers (`500`, not `5 x 10^2`),
-    with ticks at 1, 2 and 5 x 10^k where the axis has room for them
-    (`LOG_DECADES_PER_INCH_125`), at powers of ten beyond, no minor labels; `inches`: the
-    axis' length (default: as the figure places it when drawn)."""
+    with as many ticks as its length has room for (`log_subs`: e.g. 1, 2 and 5 x 10^k over
+    a decade or two, powers of ten over many), no minor labels; `inches`: the axis' length
+    (default: as the figure places it when drawn)."""
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
     axis.set_major_locator(_RoomyLogLocator(ax, which, inches))

@@ -1,26 +1,36 @@
 #!/usr/bin/env python3
 """The victim-policy study's summary (scripts/reproduce_victim_policies.sh).
 
-    python scripts/policy_report.py OUT TRACE [TRACE ...]
+    python scripts/policy_report.py OUT PART [PART ...] --capacity CAPACITY_JSON [--load L]
 
-reads `OUT/<TRACE>/comparison.csv` (written by `experiments.report` for each trace's
-multirun, which sweeps `scheduler`, `scheduler.preemption_mode`, `scheduler.victim_policy`
-and `workload.rate_scale`) and writes into OUT:
-- `runs.csv` / `runs.md`: one row per run of every trace (trace, scheduler, mode, load,
-  policy) with the study's metrics (`STUDY_METRICS`);
-- `best.csv` / `best.md`: per trace, scheduler, mode and load, the policy with the lowest
-  victims' p99 E2E latency, the one with the lowest p99 E2E latency of all requests, the one
-  with the fewest evictions and the one with the highest SLO attainment, each with its value
-  and the default policy's;
-- `<TRACE>_policies.png`: per trace, evictions, victims' p99 E2E latency and SLO attainment
-  (rows) against the policy (x), one panel per scheduler and mode, one bar per load;
-- `<TRACE>_swap_vs_recompute.png`: per trace, p99 E2E latency (all requests) and swap time
-  share against the policy, recompute against swap, per scheduler, at each load.
+reads `OUT/<PART>/comparison.csv` (written by `experiments.report` for each part's
+multirun, one per scheduler, which sweeps `scheduler.preemption_mode`,
+`scheduler.victim_policy`, `workload.rate_scale` and `workload.realization`), turns each
+run's `workload.rate_scale` into its load, a fraction of its scheduler's capacity in
+CAPACITY_JSON (`python -m experiments.capacity`, the default policy in recompute mode; a
+part that ran one rate: `--load`), and writes into OUT:
+- `runs.csv`: one row per run (scheduler, mode, load, policy, realisation) with the study's
+  metrics (`STUDY_METRICS`);
+- `policies.csv` / `policies.md`: per scheduler, mode, load and policy, each metric's mean
+  over the realisations with its 95 % bootstrap CI (`experiments.report.realizations`) and,
+  for victims' statistics, the victims n;
+- `vs_default.csv` / `vs_default.md`: per scheduler, mode, load and policy, the paired
+  difference from the default policy in the same realisation (the same requests and
+  arrivals) of `VERSUS_METRICS`, its mean and 95 % bootstrap CI over realisations; `+`/`-`
+  marks a CI that excludes 0;
+- `policies.png`: evictions, SLO attainment and p99 E2E latency against the policy, one
+  panel per scheduler and mode, one bar per load, with 95 % CIs;
+- `swap_vs_recompute.png`: p99 E2E latency against the policy, recompute against swap, per
+  scheduler and load, and the swap copy time share, with 95 % CIs;
+- `vs_default.png`: the paired differences of `vs_default.csv` (SLO attainment, p99 E2E
+  latency, evictions) against the policy, with their 95 % CIs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,95 +52,190 @@ from experiments.report.figures import (
     HOLLOW_FACE,
     PAGE_IN,
     SCHEDULER_NAMES,
-    VALUE_LABELS,
     LegendGroup,
     _save,
     fig_legend,
-    log_ticks,
     scheduler_color,
     shade,
     style,
     suptitle,
     wrapped,
 )
-from experiments.report.tables import markdown
+from experiments.report.realizations import (
+    CI_NOTE,
+    REALIZATION,
+    aggregate,
+    bootstrap_ci,
+    ci_cell,
+)
+from experiments.report.tables import format_metric, markdown
 from experiments.results.sinks import write_text
 from schedulers import registry
 
 POLICIES: tuple[str, ...] = ("default", "latest_arrival", "fewest_outputs", "least_progress",
                              "most_kv", "shortest_remaining", "random")
 MODES: tuple[str, ...] = ("recompute", "swap")
-KEYS: tuple[str, ...] = ("trace", "scheduler", "mode", "load", "policy")
+KEYS: tuple[str, ...] = ("scheduler", "mode", "load", "policy")
 STUDY_METRICS: tuple[str, ...] = (
-    "completed", "num_preemptions", "preempted_request_share", "recomputed_token_share",
-    "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms", "p99_e2el_ms", "median_e2el_ms",
-    "request_goodput", "slo_attainment", "num_swap_out", "num_swap_fallbacks",
-    "swap_time_share",
+    "completed", "num_preemptions", "num_victims", "preempted_request_share",
+    "recomputed_token_share", "p99_e2el_victim_ms", "p99_e2el_nonvictim_ms", "p99_e2el_ms",
+    "median_e2el_ms", "request_goodput", "slo_attainment", "num_swap_out",
+    "num_swap_fallbacks", "swap_time_share",
 )
+# the metrics compared with the default policy, realisation by realisation
+VERSUS_METRICS: tuple[str, ...] = ("slo_attainment", "request_goodput", "p99_e2el_ms",
+                                   "num_preemptions", "recomputed_token_share")
 _RENAME = {"scheduler.preemption_mode": "mode", "scheduler.victim_policy": "policy",
-           "workload.rate_scale": "load"}
+           REALIZATION: "realization"}
 
 
-def load_runs(out: Path, traces: Sequence[str]) -> pd.DataFrame:
-    """One row per run of every trace's comparison.csv, keys first, then `STUDY_METRICS`."""
+def read_capacity(path: str | Path) -> dict[str, float]:
+    """Per scheduler, its capacity (the searched rate parameter's value) in a capacity.json."""
+    data = json.loads(Path(path).read_text())
+    out = {name: e.get("capacity") for name, e in (data.get("schedulers") or {}).items()}
+    missing = [n for n, c in out.items() if c is None]
+    if missing:
+        raise ValueError(f"{path}: no capacity for {', '.join(missing)}")
+    return {n: float(c) for n, c in out.items()}
+
+
+def load_runs(out: Path, parts: Sequence[str], capacity: dict[str, float],
+              load: float | None = None) -> pd.DataFrame:
+    """One row per run of every part's comparison.csv: `KEYS`, the realisation, the status,
+    then `STUDY_METRICS`; `load` = the run's `workload.rate_scale` over its scheduler's
+    capacity, rounded to 0.01, or `load` itself for a part whose sweep did not vary the
+    rate (one load: comparison.csv has no `workload.rate_scale` column)."""
     frames = []
-    for trace in traces:
-        df = pd.read_csv(out / trace / "comparison.csv").rename(columns=_RENAME)
-        df.insert(0, "trace", trace)
-        for key, default in (("mode", "recompute"), ("policy", "default"), ("load", 1.0)):
+    for part in parts:
+        df = pd.read_csv(out / part / "comparison.csv").rename(columns=_RENAME)
+        for key, default in (("mode", "recompute"), ("policy", "default"), ("realization", 0)):
             if key not in df:
                 df[key] = default  # a sweep that did not vary it
+        unknown = sorted(set(df["scheduler"]) - set(capacity))
+        if unknown:
+            raise ValueError(f"{part}: no capacity for scheduler(s) {', '.join(unknown)}")
+        if "workload.rate_scale" in df:
+            df["load"] = [round(float(r) / capacity[s], 2) for r, s in
+                          zip(df["workload.rate_scale"], df["scheduler"], strict=True)]
+        elif load is not None:
+            df["load"] = float(load)
+        else:
+            raise ValueError(f"{part}/comparison.csv has no workload.rate_scale column (its "
+                             "sweep ran one rate): give that rate's load with --load")
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     order = {p: i for i, p in enumerate(POLICIES)}
     df["_p"] = df["policy"].map(order).fillna(len(order))
     df["_m"] = df["mode"].map({m: i for i, m in enumerate(MODES)}).fillna(len(MODES))
     df["_s"] = df["scheduler"].map({"vllm": 0, "sglang": 1}).fillna(2)
-    df = df.sort_values(["trace", "_s", "_m", "load", "_p"]).drop(columns=["_p", "_m", "_s"])
-    cols = [*KEYS, "status", *[m for m in STUDY_METRICS if m in df]]
+    df = df.sort_values(["_s", "_m", "load", "_p", "realization"]).drop(
+        columns=["_p", "_m", "_s"])
+    cols = [*KEYS, "realization", "status", *[m for m in STUDY_METRICS if m in df]]
     return df[cols].reset_index(drop=True)
 
 
-def best_policies(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per trace, scheduler, mode and load: the best policy by victims' p99 E2E latency
-    (lowest; runs without victims left out), by all requests' p99 E2E latency (lowest), by
-    evictions (fewest) and by SLO attainment (highest), with the default policy's value
-    beside each. Ties: the first in `POLICIES`."""
+def policy_stats(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per scheduler, mode, load and policy: each metric's mean over realisations, its CI
+    (`<m>_ci_lo`, `<m>_ci_hi`) and, for victims' statistics, `<m>_n`."""
+    frame = runs.rename(columns={"realization": REALIZATION})
+    return aggregate(frame, ["mode", "load", "policy", REALIZATION, "scheduler"],
+                     [m for m in STUDY_METRICS if m in runs])
+
+
+def versus_default(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per scheduler, mode, load and policy (the default left out): for each of
+    `VERSUS_METRICS`, the mean over realisations of (policy - default) in the same
+    realisation, and its bootstrap CI (`<m>_ci_lo`, `<m>_ci_hi`)."""
+    ok = runs[runs["status"] == "ok"]
     rows = []
-    for key, g in runs.groupby(["trace", "scheduler", "mode", "load"], sort=False):
-        row: dict[str, Any] = dict(zip(("trace", "scheduler", "mode", "load"), key,
-                                       strict=True))
-        dflt = g[g["policy"] == "default"]
-        for metric, name, lowest in (("p99_e2el_victim_ms", "victim_p99_ms", True),
-                                     ("p99_e2el_ms", "p99_ms", True),
-                                     ("num_preemptions", "evictions", True),
-                                     ("slo_attainment", "slo_attainment", False)):
-            v = g.dropna(subset=[metric])
-            if v.empty:
-                row.update({f"best_{name}": None, name: None, f"default_{name}": None})
+    for (sched, mode, load), g in ok.groupby(["scheduler", "mode", "load"], sort=False):
+        base = g[g["policy"] == "default"].set_index("realization")
+        for policy in [p for p in POLICIES if p != "default" and p in set(g["policy"])]:
+            mine = g[g["policy"] == policy].set_index("realization")
+            common = sorted(set(mine.index) & set(base.index))
+            row: dict[str, Any] = {"scheduler": sched, "mode": mode, "load": load,
+                                   "policy": policy, "n_realizations": len(common)}
+            for m in VERSUS_METRICS:
+                diff = (mine.loc[common, m].astype(float)
+                        - base.loc[common, m].astype(float)).to_numpy()
+                row[m] = float(np.nanmean(diff)) if len(diff) else math.nan
+                row[f"{m}_ci_lo"], row[f"{m}_ci_hi"] = bootstrap_ci(diff)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _fmt(metric: str, x: Any) -> str:
+    return format_metric(metric, x)
+
+
+def policies_table(stats: pd.DataFrame) -> pd.DataFrame:
+    """`policy_stats` as markdown cells, `mean [lo, hi]` (and n for victims' statistics)."""
+    shown = ("num_preemptions", "preempted_request_share", "recomputed_token_share",
+             "slo_attainment", "request_goodput", "p99_e2el_ms", "p99_e2el_victim_ms",
+             "swap_time_share", "num_swap_fallbacks")
+    cells: dict[str, list[Any]] = {k: [] for k in KEYS}
+    for m in shown:
+        cells[m] = []
+    for r in stats.to_dict("records"):
+        for k in KEYS:
+            cells[k].append(SCHEDULER_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
+        for m in shown:
+            if m not in r:
+                cells[m].append("n/a")
                 continue
-            values = v[metric].to_numpy(dtype=float)
-            i = int(np.argmin(values) if lowest else np.argmax(values))  # first on ties
-            row[f"best_{name}"] = v["policy"].iloc[i]
-            row[name] = values[i]
-            row[f"default_{name}"] = dflt[metric].iloc[0] if len(dflt) else None
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    for col in ("evictions", "default_evictions"):
-        if col in out:
-            out[col] = pd.to_numeric(out[col]).astype("Int64")
-    return out
+            n = r.get(f"{m}_n")
+            cells[m].append(ci_cell(_fmt(m, r[m]), _fmt(m, r[f"{m}_ci_lo"]),
+                                    _fmt(m, r[f"{m}_ci_hi"]),
+                                    None if n is None or pd.isna(n) else int(n)))
+    return pd.DataFrame(cells)
 
 
-def _positive(values: pd.Series) -> bool:
-    """Whether a log axis can show `values` (some finite value above zero)."""
-    x = values.to_numpy(dtype=float)
-    return bool((np.isfinite(x) & (x > 0)).any())
+def _signed(metric: str, x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    text = _fmt(metric, abs(x))
+    return ("-" if x < 0 else "+") + text
+
+
+def versus_table(vs: pd.DataFrame) -> pd.DataFrame:
+    """`versus_default` as markdown cells: `+d [lo, hi]`, with a trailing `+` / `-` when the
+    CI excludes 0 (above / below the default)."""
+    cells: dict[str, list[Any]] = {k: [] for k in KEYS}
+    for m in VERSUS_METRICS:
+        cells[m] = []
+    for r in vs.to_dict("records"):
+        for k in KEYS:
+            cells[k].append(SCHEDULER_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
+        for m in VERSUS_METRICS:
+            lo, hi = r[f"{m}_ci_lo"], r[f"{m}_ci_hi"]
+            text = _signed(m, r[m])
+            if not (math.isnan(lo) or math.isnan(hi)):
+                text += f" [{_signed(m, lo)}, {_signed(m, hi)}]"
+                if lo > 0:
+                    text += " (+)"
+                elif hi < 0:
+                    text += " (-)"
+            cells[m].append(text)
+    return pd.DataFrame(cells)
 
 
 def _load_shade(sched: str, k: int, n: int) -> tuple[float, float, float]:
-    """The scheduler's colour (the shared figures' one), light at the lowest load."""
-    return shade(scheduler_color(sched), 0.35 + 0.65 * k / max(n - 1, 1))
+    """The scheduler's colour (the shared figures' one), light at the lowest load (the
+    colour itself when there is one load)."""
+    return shade(scheduler_color(sched), 0.35 + 0.65 * k / (n - 1) if n > 1 else 1.0)
+
+
+def _series(g: pd.DataFrame, metric: str, scale: float = 1.0
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Per policy (in `POLICIES` order) the mean of `metric` and its CI as error-bar
+    extents (2 x n, below and above), times `scale`."""
+    s = g.set_index("policy").reindex(list(POLICIES))
+    mean = scale * s[metric].to_numpy(dtype=float)
+    lo = scale * s[f"{metric}_ci_lo"].to_numpy(dtype=float)
+    hi = scale * s[f"{metric}_ci_hi"].to_numpy(dtype=float)
+    err = np.vstack([np.where(np.isnan(lo), 0.0, mean - lo),
+                     np.where(np.isnan(hi), 0.0, hi - mean)])
+    return mean, np.clip(err, 0.0, None)
 
 
 def _policy_axis(ax: plt.Axes, labelled: bool) -> None:
@@ -149,65 +254,59 @@ def _load_handles(scheds: Sequence[str], loads: Sequence[float], patch: bool) ->
         color = _load_shade(sched, k, len(loads))
         return Patch(color=color, lw=0) if patch else Line2D([], [], color=color, lw=2.0)
 
-    return [LegendGroup(tuple(part(s, k) for s in scheds), f"{load:g}x recorded rate")
+    return [LegendGroup(tuple(part(s, k) for s in scheds), f"load {load:g} x capacity")
             for k, load in enumerate(loads)]
 
 
-def _bars(ax: plt.Axes, g: pd.DataFrame, metric: str, loads: Sequence[float],
-          sched: str, scale: float) -> None:
+_ERR = {"elinewidth": 0.6, "capsize": 1.5, "ecolor": "0.2"}
+
+
+def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
+    """Evictions, SLO attainment and p99 E2E latency against the policy, one column per
+    scheduler and mode, one bar per load, with 95 % CIs over realisations (`policy_stats`)."""
+    loads = sorted(stats["load"].unique())
+    panels = [(s, m) for s in registry.names() for m in MODES
+              if len(stats[(stats["scheduler"] == s) & (stats["mode"] == m)])]
+    scheds = list(dict.fromkeys(s for s, _ in panels))
+    metrics = [("num_preemptions", "evictions per run", 1.0),
+               ("slo_attainment", "SLO attainment (%)", 100.0),
+               ("p99_e2el_ms", "p99 E2E latency (s)", 1e-3)]
     x = np.arange(len(POLICIES))
     w = 0.8 / max(len(loads), 1)
-    for k, load in enumerate(loads):
-        s = g[g["load"] == load].set_index("policy")[metric].reindex(list(POLICIES))
-        ax.bar(x + (k - (len(loads) - 1) / 2) * w, s.to_numpy(dtype=float) * scale, w,
-               color=_load_shade(sched, k, len(loads)))
-    ax.grid(axis="x", visible=False)
-
-
-def policy_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
-    """Evictions, victims' p99 E2E latency and SLO attainment against the policy, one column
-    per scheduler and mode, one bar per load."""
-    df = runs[runs["trace"] == trace]
-    loads = sorted(df["load"].unique())
-    panels = [(s, m) for s in registry.names() for m in MODES
-              if len(df[(df["scheduler"] == s) & (df["mode"] == m)])]
-    scheds = list(dict.fromkeys(s for s, _ in panels))
-    metrics = [("num_preemptions", "evictions (count)", 1.0),
-               ("p99_e2el_victim_ms", "victims' p99 E2E latency (s)", 1e-3),
-               ("slo_attainment", "SLO attainment (%)", 100.0)]
     width = COLUMN_IN if len(panels) == 1 else PAGE_IN
     with style():
         fig, axes = plt.subplots(len(metrics), len(panels), figsize=(width, 6.2),
                                  squeeze=False, sharey="row", sharex=True,
                                  layout="constrained")
         for c, (sched, mode) in enumerate(panels):
-            g = df[(df["scheduler"] == sched) & (df["mode"] == mode)]
+            g = stats[(stats["scheduler"] == sched) & (stats["mode"] == mode)]
             for r, (metric, label, scale) in enumerate(metrics):
                 ax = axes[r][c]
-                _bars(ax, g, metric, loads, sched, scale)
+                for k, load in enumerate(loads):
+                    mean, err = _series(g[g["load"] == load], metric, scale)
+                    ax.bar(x + (k - (len(loads) - 1) / 2) * w, mean, w, yerr=err,
+                           color=_load_shade(sched, k, len(loads)), error_kw=_ERR)
+                ax.grid(axis="x", visible=False)
                 _policy_axis(ax, labelled=r == len(metrics) - 1)
                 if r == 0:
                     ax.set_title(wrapped(f"{SCHEDULER_NAMES.get(sched, sched)}, {mode}",
                                          width / len(panels)))
                 if c == 0:
                     ax.set_ylabel(wrapped(label, 1.6))
-        if _positive(df["p99_e2el_victim_ms"]):
-            log_ticks(axes[1][0], "y", inches=1.6)
         fig_legend(fig, _load_handles(scheds, loads, patch=True),
-                   "bars: load, light to dark")
-        suptitle(fig, f"Evictions, victims' tail latency and SLO attainment per victim "
-                      f"policy ({VALUE_LABELS.get(trace, trace)})")
+                   ("bars: load, light to dark; " if len(loads) > 1 else "")
+                   + "error bars: 95 % CI over realisations")
+        suptitle(fig, "Evictions, SLO attainment and tail latency per victim policy")
         return _save(fig, path)
 
 
-def swap_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
-    """p99 E2E latency (all requests) against the policy, recompute (solid) against swap
-    (dashed), one line per load, one panel per scheduler; below, swap time share."""
-    df = runs[runs["trace"] == trace]
-    loads = sorted(df["load"].unique())
-    scheds = [s for s in registry.names() if s in set(df["scheduler"])]
+def swap_figure(stats: pd.DataFrame, path: Path) -> Path:
+    """p99 E2E latency against the policy, recompute (solid) against swap (dashed), one
+    line per load, one panel per scheduler; below, the swap copy time share; 95 % CIs."""
+    loads = sorted(stats["load"].unique())
+    scheds = [s for s in registry.names() if s in set(stats["scheduler"])]
     x = np.arange(len(POLICIES))
-    modes = (("recompute", "-", "o", None), ("swap", "--", "s", HOLLOW_FACE))
+    modes = (("recompute", "-", "o", None, -0.08), ("swap", "--", "s", HOLLOW_FACE, 0.08))
     width = COLUMN_IN if len(scheds) == 1 else PAGE_IN
     with style():
         fig, axes = plt.subplots(2, len(scheds), figsize=(width, 4.6), squeeze=False,
@@ -215,65 +314,128 @@ def swap_figure(runs: pd.DataFrame, trace: str, path: Path) -> Path:
         for c, sched in enumerate(scheds):
             for k, load in enumerate(loads):
                 color = _load_shade(sched, k, len(loads))
-                for mode, ls, marker, face in modes:
-                    s = df[(df["scheduler"] == sched) & (df["mode"] == mode)
-                           & (df["load"] == load)]
-                    s = s.set_index("policy").reindex(list(POLICIES))
-                    axes[0][c].plot(x, 1e-3 * s["p99_e2el_ms"].to_numpy(dtype=float), ls=ls,
-                                    marker=marker, mfc=face, color=color)
+                for mode, ls, marker, face, dx in modes:
+                    g = stats[(stats["scheduler"] == sched) & (stats["mode"] == mode)
+                              & (stats["load"] == load)]
+                    if g.empty:
+                        continue
+                    mean, err = _series(g, "p99_e2el_ms", 1e-3)
+                    axes[0][c].errorbar(x + dx, mean, yerr=err, ls=ls, marker=marker,
+                                        mfc=face, color=color, **_ERR)
                     if mode == "swap":
-                        axes[1][c].plot(x, 100 * s["swap_time_share"].to_numpy(dtype=float),
-                                        ls=ls, marker=marker, mfc=face, color=color)
+                        mean, err = _series(g, "swap_time_share", 100.0)
+                        axes[1][c].errorbar(x, mean, yerr=err, ls=ls, marker=marker,
+                                            mfc=face, color=color, **_ERR)
             for r, label in enumerate(("p99 E2E latency, all requests (s)",
                                        "copy time (% of busy time)")):
-                ax = axes[r][c]
-                _policy_axis(ax, labelled=r == 1)
+                _policy_axis(axes[r][c], labelled=r == 1)
                 if c == 0:
-                    ax.set_ylabel(wrapped(label, 1.6))
+                    axes[r][c].set_ylabel(wrapped(label, 1.6))
             axes[0][c].set_title(SCHEDULER_NAMES.get(sched, sched))
-            if _positive(df["p99_e2el_ms"]):
-                log_ticks(axes[0][c], "y", inches=1.6)
         handles: list[Any] = [
             LegendGroup(tuple(Line2D([], [], color=scheduler_color(s), ls=ls, marker=marker,
                                      mfc=face) for s in scheds), mode)
-            for mode, ls, marker, face in modes]
-        fig_legend(fig, handles + _load_handles(scheds, loads, patch=False))
-        suptitle(fig, f"Recompute against swap: tail latency and copy cost per victim policy "
-                      f"({VALUE_LABELS.get(trace, trace)}; colour: scheduler, shade: load)")
+            for mode, ls, marker, face, _ in modes]
+        fig_legend(fig, handles + _load_handles(scheds, loads, patch=False),
+                   "error bars: 95 % CI over realisations")
+        suptitle(fig, "Recompute against swap: tail latency and copy cost per victim policy "
+                      "(colour: scheduler, shade: load)")
         return _save(fig, path)
 
 
-def write_policy_report(out: str | Path, traces: Sequence[str], figures: bool = True
-                        ) -> dict[str, Path]:
-    """Write the study's summary tables and figures into `out` (see the module docstring)."""
+def versus_figure(vs: pd.DataFrame, path: Path) -> Path:
+    """The paired differences from the default policy (`versus_default`) of SLO attainment,
+    p99 E2E latency and evictions against the policy, one column per scheduler and mode,
+    one marker per load, with 95 % CIs; a line at 0 (the default)."""
+    loads = sorted(vs["load"].unique())
+    panels = [(s, m) for s in registry.names() for m in MODES
+              if len(vs[(vs["scheduler"] == s) & (vs["mode"] == m)])]
+    scheds = list(dict.fromkeys(s for s, _ in panels))
+    metrics = [("slo_attainment", "SLO attainment, policy - default (points)", 100.0),
+               ("p99_e2el_ms", "p99 E2E latency, policy - default (s)", 1e-3),
+               ("num_preemptions", "evictions per run, policy - default", 1.0)]
+    others = [p for p in POLICIES if p != "default"]
+    x = np.arange(len(others))
+    width = COLUMN_IN if len(panels) == 1 else PAGE_IN
+    with style():
+        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(width, 6.2),
+                                 squeeze=False, sharey="row", sharex=True,
+                                 layout="constrained")
+        for c, (sched, mode) in enumerate(panels):
+            for r, (metric, label, scale) in enumerate(metrics):
+                ax = axes[r][c]
+                ax.axhline(0.0, color="0.4", lw=0.8)
+                for k, load in enumerate(loads):
+                    g = vs[(vs["scheduler"] == sched) & (vs["mode"] == mode)
+                           & (vs["load"] == load)].set_index("policy").reindex(others)
+                    mean = scale * g[metric].to_numpy(dtype=float)
+                    lo = scale * g[f"{metric}_ci_lo"].to_numpy(dtype=float)
+                    hi = scale * g[f"{metric}_ci_hi"].to_numpy(dtype=float)
+                    err = np.clip(np.vstack([np.nan_to_num(mean - lo), np.nan_to_num(hi - mean)]),
+                                  0.0, None)
+                    dx = (k - (len(loads) - 1) / 2) * 0.15
+                    ax.errorbar(x + dx, mean, yerr=err, ls="none", marker="o",
+                                color=_load_shade(sched, k, len(loads)), **_ERR)
+                ax.set_xticks(x, [p.replace("_", " ") for p in others]
+                              if r == len(metrics) - 1 else [], rotation=90)
+                ax.set_xlim(-0.6, len(others) - 0.4)
+                if r == 0:
+                    ax.set_title(wrapped(f"{SCHEDULER_NAMES.get(sched, sched)}, {mode}",
+                                         width / len(panels)))
+                if c == 0:
+                    ax.set_ylabel(wrapped(label, 1.6))
+        fig_legend(fig, _load_handles(scheds, loads, patch=False),
+                   "paired by realisation (same requests and arrivals); error bars: 95 % CI")
+        suptitle(fig, "Each victim policy against the default, realisation by realisation")
+        return _save(fig, path)
+
+
+def write_policy_report(out: str | Path, parts: Sequence[str], capacity_file: str | Path,
+                        figures: bool = True, load: float | None = None) -> dict[str, Path]:
+    """Write the study's summary tables and figures into `out` (see the module docstring);
+    `load`: the load of parts that ran one rate (`load_runs`)."""
     root = Path(out)
-    runs = load_runs(root, traces)
-    best = best_policies(runs)
-    head = (f"# Victim policies: {len(runs)} runs "
-            f"({', '.join(traces)})\n\n")
+    runs = load_runs(root, parts, read_capacity(capacity_file), load)
+    stats = policy_stats(runs)
+    vs = versus_default(runs)
+    n_real = int(stats["n_realizations"].max()) if len(stats) else 0
+    head = (f"# Victim policies: {len(runs)} runs, {len(stats)} configs x {n_real} "
+            "realisations\n\nload: the run's arrival rate (workload.rate_scale) over its "
+            "scheduler's capacity under the default policy in recompute mode.\n\n")
+    shares = ("shares (evicted, recomputed, SLO attainment, swap time) in %, differences "
+              "in percentage points; latencies in ms; goodput in req/s")
     paths = {
         "runs.csv": write_text(runs.to_csv(index=False), root / "runs.csv"),
-        "runs.md": write_text(head + markdown(runs), root / "runs.md"),
-        "best.csv": write_text(best.to_csv(index=False), root / "best.csv"),
-        "best.md": write_text(head + markdown(best), root / "best.md"),
+        "policies.csv": write_text(stats.to_csv(index=False), root / "policies.csv"),
+        "policies.md": write_text(head + markdown(policies_table(stats)) + "\n" + CI_NOTE
+                                  + "; " + shares + ".\n", root / "policies.md"),
+        "vs_default.csv": write_text(vs.to_csv(index=False), root / "vs_default.csv"),
+        "vs_default.md": write_text(
+            head + "Each cell: the mean over realisations of (policy - default) in the same "
+            "realisation, [95 % CI: percentile bootstrap over realisations]; (+) / (-): the CI "
+            "lies above / below 0.\n\n" + markdown(versus_table(vs)) + "\n" + shares + ".\n",
+            root / "vs_default.md"),
     }
     if figures:
-        for trace in traces:
-            paths[f"{trace}_policies.png"] = policy_figure(
-                runs, trace, root / f"{trace}_policies.png")
-            paths[f"{trace}_swap_vs_recompute.png"] = swap_figure(
-                runs, trace, root / f"{trace}_swap_vs_recompute.png")
+        paths["policies.png"] = policy_figure(stats, root / "policies.png")
+        paths["swap_vs_recompute.png"] = swap_figure(stats, root / "swap_vs_recompute.png")
+        paths["vs_default.png"] = versus_figure(vs, root / "vs_default.png")
     return paths
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: the study's summary of the traces' comparison tables."""
+    """Command line: the study's summary of the parts' comparison tables."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("traces", nargs="+")
+    ap.add_argument("parts", nargs="+")
+    ap.add_argument("--capacity", required=True,
+                    help="capacity.json of the default policy in recompute mode")
+    ap.add_argument("--load", type=float, default=None,
+                    help="the load of parts whose sweep ran one rate (x capacity)")
     ap.add_argument("--no-figures", action="store_true")
     args = ap.parse_args(argv)
-    paths = write_policy_report(args.out, args.traces, not args.no_figures)
+    paths = write_policy_report(args.out, args.parts, args.capacity, not args.no_figures,
+                                args.load)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 

@@ -1,40 +1,79 @@
 #!/usr/bin/env bash
-# The study (issue 8): every victim policy x both preemption modes (recompute, swap to a host
-# pool as large as the device pool) x both schedulers, at three loads where evictions are
-# common, on two traces (conf/experiment/victim_policies.yaml):
-#   azure_code: Azure 2023 code trace, first 6,000 requests (prompts <= 512 tokens: 1,394),
-#               outputs clipped at 512 tokens, 1,024-token KV pool, 8x / 16x / 32x the recorded load;
-#   mooncake:   Mooncake synthetic trace, first 3,000 requests (prompts <= 4,096 tokens: 1,383),
-#               8,192-token KV pool, 4x / 5x / 6x the recorded load.
-# 2 traces x 3 loads x 7 policies x 2 modes x 2 schedulers = 168 runs (joblib, 2 workers).
-# Results: results/victim_policies/<trace>/ (tables per trace), results/victim_policies/
-# (summary tables and figures, scripts/policy_report.py). Raw runs: <trace>/runs/ (git-ignored).
+# The study of issue 8: every victim policy x both preemption modes (recompute, swap to a host
+# pool as large as the device pool) x the schedulers of SCHEDULERS, at loads relative to each
+# scheduler's capacity, over 5 realisations (conf/experiment/victim_policies.yaml: Q3's main setting,
+# the Azure 2023 conv trace in 1,000-request windows).
+#   1. the capacity of each scheduler under its default policy in recompute mode: Q3's
+#      search of the same config (results/victim_choice/runs/main/capacity/capacity.json,
+#      written by scripts/reproduce_victim_choice.sh) when it is there and made for this
+#      config, else the same search run here;
+#   2. per scheduler of SCHEDULERS, a multirun at workload.rate_scale = LOADS x its capacity
+#      (every policy and mode of a scheduler sees the same arrivals), 7 policies x 2 modes x
+#      5 realisations per load;
+#   3. per scheduler, python -m experiments.report (tables only) into results/victim_policies/
+#      <scheduler>/, then scripts/policy_report.py for the summary tables and figures.
+# LOADS (default "1.25", just past the knee: one load keeps the runs within the time budget):
+# the loads, fractions of capacity, space-separated. SCHEDULERS (default "vllm"): SGLang
+# retracts at most once per 1,000-request window in this setting (results/victim_choice/),
+# too few for its policies to differ, so its 70 runs are left out unless asked for
+# (SCHEDULERS="vllm sglang"). Raw runs: results/victim_policies/
+# runs/ (git-ignored).
 set -euo pipefail
 start=$SECONDS
 cd "$(dirname "$0")/.."
 source scripts/_wall_time.sh
 py=${PYTHON:-.venv/bin/python}
 out=results/victim_policies
+runs=$out/runs
+read -r -a loads <<< "${LOADS:-1.25}"
+read -r -a schedulers <<< "${SCHEDULERS:-vllm}"
 columns=num_preemptions,preempted_request_share,recomputed_token_share,p99_e2el_victim_ms,p99_e2el_nonvictim_ms,p99_e2el_ms,request_goodput,slo_attainment,num_swap_out,num_swap_fallbacks,swap_time_share
 export CI=${CI:-true}  # no progress bars in the workers
-"$py" - <<'PY'
-from experiments.inputs.workloads.replay import trace_path
-for f in ("azure2023/AzureLLMInferenceTrace_code.csv", "mooncake/synthetic_trace.jsonl"):
-    trace_path(None, f)  # fails with the folder to fix when a trace is missing
+rm -rf "$runs"
+mkdir -p "$runs"
+# the capacity file of the default policy in recompute mode, checked against this config
+capacity=$("$py" - results/victim_choice/runs/main/capacity/capacity.json <<'PY'
+import json, sys
+from pathlib import Path
+from experiments.run.config import compose_run_config
+from experiments.run.load import capacity_config, scheduler_config
+path = Path(sys.argv[1])
+ok = path.is_file()
+if ok:
+    data = json.loads(path.read_text())
+    for name, entry in data["schedulers"].items():
+        cfg = compose_run_config(["experiment=victim_policies", f"scheduler={name}",
+                                  "scheduler.victim_policy=default",
+                                  "scheduler.preemption_mode=recompute"])
+        mine = scheduler_config(cfg)
+        mine.pop("host_kv_capacity_tokens")  # unused in recompute mode
+        theirs = dict(entry["scheduler_config"])
+        theirs.pop("host_kv_capacity_tokens", None)
+        ok = ok and capacity_config(cfg) == data["config"] and mine == theirs \
+            and data["realizations"] == 5
+print(path if ok else "")
 PY
-sweep() {  # sweep TRACE TITLE [overrides...]
-    local trace=$1 title=$2
-    shift 2
-    rm -rf "$out/$trace/runs"
-    "$py" -m experiments.run -m experiment=victim_policies \
-        "hydra.sweep.dir=$out/$trace/runs" hydra.callbacks.comparison.print_table=false \
-        hydra.callbacks.comparison.figures=false "$@"
-    "$py" -m experiments.report "$out/$trace/runs" --out "$out/$trace" --no-figures \
-        --title "$title" --columns "$columns" > /dev/null
-}
-sweep azure_code "Victim policies: Azure 2023 code"
-sweep mooncake "Victim policies: Mooncake synthetic" workload=mooncake \
-    kv_capacity_tokens=8192 max_model_len=8192 workload.max_requests=3000 \
-    workload.max_input_len=4096 workload.max_tokens=null workload.rate_scale=4,5,6
-"$py" scripts/policy_report.py "$out" azure_code mooncake
-wall_time victim_policies "$start" "tables and figures in $out, raw runs in $out/*/runs"
+)
+if [ -z "$capacity" ]; then
+    "$py" -m experiments.capacity experiment=victim_choice --realizations 5 \
+        --out "$runs/capacity"
+    capacity=$runs/capacity/capacity.json
+fi
+echo "victim_policies: capacities from $capacity"
+for sched in "${schedulers[@]}"; do
+    rates=$("$py" - "$capacity" "$sched" "${loads[@]}" <<'PY'
+import json, sys
+cap = json.load(open(sys.argv[1]))["schedulers"][sys.argv[2]]["capacity"]
+print(",".join(repr(float(load) * cap) for load in sys.argv[3:]))  # all digits: Q3's rates
+PY
+)
+    "$py" -m experiments.run -m experiment=victim_policies "scheduler=$sched" \
+        "workload.rate_scale=$rates" "hydra.sweep.dir=$runs/$sched" \
+        hydra.callbacks.comparison.print_table=false hydra.callbacks.comparison.figures=false
+    "$py" -m experiments.report "$runs/$sched" --out "$out/$sched" --no-figures \
+        --title "Victim policies: ${sched}" --columns "$columns" > /dev/null
+done
+one_load=()
+[ "${#loads[@]}" -eq 1 ] && one_load=(--load "${loads[0]}")
+"$py" scripts/policy_report.py "$out" "${schedulers[@]}" --capacity "$capacity" "${one_load[@]}"
+wall_time victim_policies "$start" "tables and figures in $out, raw runs in $runs"

@@ -133,30 +133,52 @@ def test_kv_use_legend_swatches_have_the_colours_they_label(tmp_path: Path) -> N
 def policy_runs() -> pd.DataFrame:
     rng = np.random.default_rng(0)
     policy_report = load_script("policy_report")
-    rows = [{"trace": "mooncake", "scheduler": s, "mode": m, "load": load, "policy": p,
+    rows = [{"scheduler": s, "mode": m, "load": load, "policy": p, "realization": k,
              "status": "ok", "num_preemptions": float(rng.integers(0, 1100)),
+             "num_victims": float(rng.integers(0, 900)),
              "p99_e2el_victim_ms": float(rng.uniform(5e3, 1e5)),
              "p99_e2el_ms": float(rng.uniform(5e3, 7e4)),
              "slo_attainment": float(rng.uniform(0, 1)),
              "swap_time_share": float(rng.uniform(0, 0.01)) if m == "swap" else 0.0}
-            for s in ("vllm", "sglang") for m in policy_report.MODES for load in (4.0, 5.0, 6.0)
-            for p in policy_report.POLICIES]
+            for s in ("vllm", "sglang") for m in policy_report.MODES for load in (1.0, 1.5)
+            for p in policy_report.POLICIES for k in range(3)]
+    for row in rows:
+        row["request_goodput"] = row["slo_attainment"] * 4.0
+        row["recomputed_token_share"] = row["slo_attainment"] / 10.0
     return pd.DataFrame(rows)
+
+
+def policy_stats() -> pd.DataFrame:
+    return load_script("policy_report").policy_stats(policy_runs())
 
 
 def test_victim_policy_figures_keep_the_report_rules(tmp_path: Path) -> None:
     # issue 30: clipped titles, overlapping labels and 5.5-6 pt fonts in the swap figures
     policy_report = load_script("policy_report")
-    runs = policy_runs()
+    stats = policy_stats()
     with saved_figures() as figs:
-        policy_report.policy_figure(runs, "mooncake", tmp_path / "p.png")
-        policy_report.swap_figure(runs, "mooncake", tmp_path / "s.png")
+        policy_report.policy_figure(stats, tmp_path / "p.png")
+        policy_report.swap_figure(stats, tmp_path / "s.png")
     assert len(figs) == 2
     for fig in figs:
         assert layout_problems(fig) == []
         assert legends(fig) == 1
     titles = {ax.get_title() for ax in figs[1].axes} - {""}
     assert titles == {SCHEDULER_NAMES["vllm"], SCHEDULER_NAMES["sglang"]}
+    # one scheduler at one load (the study's run): a column-wide figure, still within rules
+    one = stats[(stats["scheduler"] == "vllm") & (stats["load"] == 1.0)]
+    with saved_figures() as figs:
+        policy_report.policy_figure(one, tmp_path / "p1.png")
+        policy_report.swap_figure(one, tmp_path / "s1.png")
+    for fig in figs:
+        assert layout_problems(fig) == [] and legends(fig) == 1
+    # the paired differences from the default, both schedulers and one
+    runs = policy_runs()
+    for frame in (runs, runs[(runs["scheduler"] == "vllm") & (runs["load"] == 1.0)]):
+        with saved_figures() as figs:
+            policy_report.versus_figure(policy_report.versus_default(frame), tmp_path / "v.png")
+        (fig,) = figs
+        assert layout_problems(fig) == [] and legends(fig) == 1
 
 
 def test_step_time_ticks_never_collide(tmp_path: Path) -> None:

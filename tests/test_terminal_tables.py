@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def study_columns(script: str) -> list[str]:
     """The `--columns` a reproduce script passes to the report."""
     text = (ROOT / "scripts" / script).read_text()
-    match = re.search(r"^\s+([a-z0-9_]+(?:,[a-z0-9_]+)+) ", text, re.M)
+    match = re.search(r"^(?:\s+|columns=)([a-z0-9_]+(?:,[a-z0-9_]+)+)\s", text, re.M)
     assert match, script
     return match.group(1).split(",")
 

@@ -365,39 +365,30 @@ class RealExecutor:
         pass (one pass but for min_of_k and reference), for reference scaled by the
         reference step's time over its fastest pass, a pass of it before each of the step's.
         Every pass writes the same KV slots with the same values, so the cache and the
-        sampled tokens after k passes equal those after one."""
-        if self._reference is None:
-            return self._fastest(plan)
-        fastest_reference = math.inf
-        duration = math.inf
-        result: StepResult | None = None
-        for _ in range(self.timer.repeats):
-            fastest_reference = min(fastest_reference, self._reference_pass())
-            one = self._fastest(plan, passes=1, expected=result)
-            result = one
-            duration = min(duration, one.duration_s)
-        assert result is not None and self.timer.reference_s is not None
-        return StepResult(result.sampled_token_ids,
-                          duration * self.timer.reference_s / fastest_reference)
+        sampled tokens after k passes equal those after one; a pass that samples otherwise
+        than the first is an error."""
+        fastest_reference = duration = math.inf
+        sample_ids: list[str] = []
+        tokens: list[int] = []
+        for k in range(self.timer.repeats):
+            if self._reference is not None:
+                fastest_reference = min(fastest_reference, self._reference_pass())
+            ids, sampled, seconds = self._timed_pass(plan)
+            if k == 0:
+                sample_ids, tokens = ids, sampled
+            else:
+                self._check_same(plan, tokens, sampled)
+            duration = min(duration, seconds)
+        if self._reference is not None:
+            assert self.timer.reference_s is not None
+            duration *= self.timer.reference_s / fastest_reference
+        return StepResult(dict(zip(sample_ids, tokens, strict=True)), duration)
 
     def _reference_pass(self) -> float:
         """One pass of the reference step on its own cache: its seconds."""
         assert self._reference is not None
         plan, cache = self._reference
         return self._timed_pass(plan, cache)[2]
-
-    def _fastest(self, plan: StepPlan, passes: int | None = None,
-                 expected: StepResult | None = None) -> StepResult:
-        """`passes` (default `timer.repeats`) passes of the plan, the fastest kept; a pass
-        that samples otherwise than the first (or than `expected`) is an error."""
-        sample_ids, tokens, duration = self._timed_pass(plan)
-        if expected is not None:
-            self._check_same(plan, list(expected.sampled_token_ids.values()), tokens)
-        for _ in range((self.timer.repeats if passes is None else passes) - 1):
-            _, again, seconds = self._timed_pass(plan)
-            self._check_same(plan, tokens, again)
-            duration = min(duration, seconds)
-        return StepResult(dict(zip(sample_ids, tokens, strict=True)), duration)
 
     def _check_same(self, plan: StepPlan, first: list[int], again: list[int]) -> None:
         if again != first:

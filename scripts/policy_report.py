@@ -32,7 +32,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,20 +173,27 @@ def policies_table(stats: pd.DataFrame) -> pd.DataFrame:
     shown = ("num_preemptions", "preempted_request_share", "recomputed_token_share",
              "slo_attainment", "request_goodput", "p99_e2el_ms", "p99_e2el_victim_ms",
              "swap_time_share", "num_swap_fallbacks")
-    cells: dict[str, list[Any]] = {k: [] for k in KEYS}
-    for m in shown:
-        cells[m] = []
-    for r in stats.to_dict("records"):
+
+    def cell(m: str, r: dict[Any, Any]) -> str:
+        if m not in r:
+            return "n/a"
+        n = r.get(f"{m}_n")
+        return ci_cell(_fmt(m, r[m]), _fmt(m, r[f"{m}_ci_lo"]), _fmt(m, r[f"{m}_ci_hi"]),
+                       None if n is None or pd.isna(n) else int(n))
+
+    return _cells_table(stats, shown, cell)
+
+
+def _cells_table(frame: pd.DataFrame, metrics: Sequence[str],
+                 cell: Callable[[str, dict[Any, Any]], str]) -> pd.DataFrame:
+    """One row per row of `frame`: its `KEYS` (the scheduler by its display name), then
+    `cell(metric, row)` for each of `metrics`."""
+    cells: dict[str, list[Any]] = {k: [] for k in (*KEYS, *metrics)}
+    for r in frame.to_dict("records"):
         for k in KEYS:
             cells[k].append(SCHEDULER_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
-        for m in shown:
-            if m not in r:
-                cells[m].append("n/a")
-                continue
-            n = r.get(f"{m}_n")
-            cells[m].append(ci_cell(_fmt(m, r[m]), _fmt(m, r[f"{m}_ci_lo"]),
-                                    _fmt(m, r[f"{m}_ci_hi"]),
-                                    None if n is None or pd.isna(n) else int(n)))
+        for m in metrics:
+            cells[m].append(cell(m, r))
     return pd.DataFrame(cells)
 
 
@@ -200,23 +207,19 @@ def _signed(metric: str, x: float) -> str:
 def versus_table(vs: pd.DataFrame) -> pd.DataFrame:
     """`versus_default` as markdown cells: `+d [lo, hi]`, with a trailing `+` / `-` when the
     CI excludes 0 (above / below the default)."""
-    cells: dict[str, list[Any]] = {k: [] for k in KEYS}
-    for m in VERSUS_METRICS:
-        cells[m] = []
-    for r in vs.to_dict("records"):
-        for k in KEYS:
-            cells[k].append(SCHEDULER_NAMES.get(r[k], r[k]) if k == "scheduler" else r[k])
-        for m in VERSUS_METRICS:
-            lo, hi = r[f"{m}_ci_lo"], r[f"{m}_ci_hi"]
-            text = _signed(m, r[m])
-            if not (math.isnan(lo) or math.isnan(hi)):
-                text += f" [{_signed(m, lo)}, {_signed(m, hi)}]"
-                if lo > 0:
-                    text += " (+)"
-                elif hi < 0:
-                    text += " (-)"
-            cells[m].append(text)
-    return pd.DataFrame(cells)
+
+    def cell(m: str, r: dict[Any, Any]) -> str:
+        lo, hi = r[f"{m}_ci_lo"], r[f"{m}_ci_hi"]
+        text = _signed(m, r[m])
+        if not (math.isnan(lo) or math.isnan(hi)):
+            text += f" [{_signed(m, lo)}, {_signed(m, hi)}]"
+            if lo > 0:
+                text += " (+)"
+            elif hi < 0:
+                text += " (-)"
+        return text
+
+    return _cells_table(vs, VERSUS_METRICS, cell)
 
 
 def _load_shade(sched: str, k: int, n: int) -> tuple[float, float, float]:

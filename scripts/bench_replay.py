@@ -78,13 +78,8 @@ DEFAULT_SYNTHETIC_RATE = 8.0
 def compose(scheduler: str, trace: str, max_requests: int | None,
             kv_capacity_tokens: int, request_rate: float | None = None) -> Any:
     """The run config of `experiments.run` for this pair (Hydra compose, no job folder)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from experiments.run.config import compose_run_config
 
-    from experiments.run.config import register_configs
-
-    register_configs()
     os.environ.setdefault("SCHEDBENCH_TRACE_DIR", str(DEFAULT_TRACE_DIR))
     overrides = [f"scheduler={scheduler}", f"workload={trace}", "executor=sim",
                  f"kv_capacity_tokens={kv_capacity_tokens}", "progress=off"]
@@ -98,9 +93,7 @@ def compose(scheduler: str, trace: str, max_requests: int | None,
         overrides.append(f"max_model_len={MAX_MODEL_LEN.get(trace, 'null')}")
         if request_rate is not None:
             raise SystemExit("bench_replay: --request-rate is for --traces synthetic")
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return hydra_compose(config_name="config", overrides=overrides)
+    return compose_run_config(overrides, str(ROOT / "conf"))
 
 
 def _replay_memory(cfg: Any, sched: Any, executor: Any) -> dict[str, Any]:

@@ -30,19 +30,9 @@ SUMMARY_KEYS = ("completed", "num_preemptions", "num_victims", "median_e2el_ms",
 
 def compose(overrides: list[str]) -> Any:
     """experiments.run's config for `overrides` (Hydra compose, no job folder)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from experiments.run.config import compose_run_config
 
-    from experiments.run.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            return hydra_compose(config_name="config", overrides=["progress=off", *overrides])
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_run_config(["progress=off", *overrides], str(ROOT / "conf"))
 
 
 def victims(job: Path) -> set[str]:

@@ -163,9 +163,7 @@ def judge(case: Case, rc: int, stderr_lines: list[str], seconds: float) -> Outco
 
 def run_in_process(case: Case, extra: dict[str, dict[str, str]]) -> Outcome:
     """The case as `experiments.run.main.cli` runs a single job, in this process."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+    from experiments.run.config import compose_run_config
     from experiments.run.main import CONF_DIR, run_experiment
     from experiments.run.preflight import (
         check_command_line,
@@ -182,12 +180,7 @@ def run_in_process(case: Case, extra: dict[str, dict[str, str]]) -> Outcome:
                                                                                   CONF_DIR)
             if problem:
                 return judge(case, 1, [one_line(problem)], time.process_time() - t0)
-            GlobalHydra.instance().clear()
-            try:
-                with initialize_config_dir(config_dir=CONF_DIR, version_base=None):
-                    cfg = compose(config_name="config", overrides=argv)
-            finally:
-                GlobalHydra.instance().clear()
+            cfg = compose_run_config(argv, CONF_DIR)
             try:
                 check_config(cfg)
                 summary = run_experiment(cfg, Path(out) / "job", bar=False)

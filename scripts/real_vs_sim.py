@@ -115,16 +115,9 @@ def predict(model: Any, df: pd.DataFrame) -> np.ndarray:
 
 
 def compose(overrides: list[str]) -> Any:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from experiments.run.config import compose_run_config
 
-    from experiments.run.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return hydra_compose(config_name="config", overrides=overrides)
+    return compose_run_config(overrides, str(ROOT / "conf"))
 
 
 def run(overrides: list[str], out: Path, record: bool = False

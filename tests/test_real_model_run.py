@@ -15,20 +15,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from experiments.run.config import register_configs
+from experiments.run.config import compose_run_config
 from experiments.run.preflight import ConfigError, check_real_executor, resolve_model_path
 from tests.real_model import ROOT, real_model_test
 
 
 def compose(overrides: list[str]) -> Any:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return hydra_compose(config_name="config", overrides=overrides)
+    return compose_run_config(overrides, str(ROOT / "conf"))
 
 
 def test_model_group_names_the_checkpoint_for_executor_real() -> None:

@@ -112,27 +112,18 @@ def test_few_victims_are_flagged(n: int) -> None:
 def test_a_sweep_with_realizations_reports_cis_victims_and_fair_rows(tmp_path) -> None:
     from pathlib import Path
 
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     from experiments.report.tables import load_sweep, terminal_summary, write_report
-    from experiments.run.config import register_configs
+    from experiments.run.config import compose_run_config
     from experiments.run.main import run_experiment
 
     root = Path(__file__).resolve().parents[1]
-    register_configs()
     num = 0
     for sched in ("vllm", "sglang"):
         for k in range(3):
             overrides = [f"scheduler={sched}", f"workload.realization={k}"]
-            GlobalHydra.instance().clear()
-            try:
-                with initialize_config_dir(config_dir=str(root / "conf"), version_base=None):
-                    cfg = compose(config_name="config", overrides=[
-                        *overrides, "workload.num_requests=60", "workload.request_rate=200",
-                        "kv_capacity_tokens=4096", "progress=off"])
-            finally:
-                GlobalHydra.instance().clear()
+            cfg = compose_run_config([
+                *overrides, "workload.num_requests=60", "workload.request_rate=200",
+                "kv_capacity_tokens=4096", "progress=off"], str(root / "conf"))
             run_experiment(cfg, tmp_path / str(num), overrides=overrides)
             num += 1
     text = terminal_summary(load_sweep(tmp_path))

@@ -41,23 +41,14 @@ def test_the_readme_slurm_command_composes() -> None:
     import re
     import shlex
 
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from experiments.run.config import register_configs
+    from experiments.run.config import compose_run_config
 
     text = (ROOT / "README.md").read_text()
     block = re.search(r"```\n(python -m experiments.run -m experiment=preemption "
                       r"hydra/launcher=slurm.*?)```", text, re.S)
     assert block, "README: the Slurm command is missing"
     args = shlex.split(block.group(1).replace("\\\n", " "))[4:]
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=args, return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_run_config(args, str(ROOT / "conf"), return_hydra_config=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.partition, launcher.account, launcher.timeout_min) == ("cpu", "my_project",

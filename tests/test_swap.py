@@ -164,22 +164,14 @@ def test_a_swap_job_writes_swap_records_and_summary(tmp_path) -> None:  # type: 
     from pathlib import Path
 
     import pyarrow.parquet as pq
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
-    from experiments.run.config import register_configs
+    from experiments.run.config import compose_run_config
     from experiments.run.main import run_experiment
 
-    register_configs()
-    GlobalHydra.instance().clear()
     conf = Path(__file__).resolve().parents[1] / "conf"
-    try:
-        with initialize_config_dir(config_dir=str(conf), version_base=None):
-            cfg = compose(config_name="config", overrides=[
-                "workload.num_requests=5", "progress=off", "scheduler=sglang",
-                "scheduler.preemption_mode=swap", "scheduler.host_kv_capacity_tokens=4096"])
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_run_config([
+        "workload.num_requests=5", "progress=off", "scheduler=sglang",
+        "scheduler.preemption_mode=swap", "scheduler.host_kv_capacity_tokens=4096"], str(conf))
     run_experiment(cfg, tmp_path / "job")
     summary = json.loads((tmp_path / "job" / "summary.json").read_text())
     for key in ("num_swap_out", "num_swap_in", "num_swap_fallbacks", "swap_out_bytes",

@@ -20,6 +20,21 @@ def test_satisfies_the_protocol_and_from_capacity() -> None:
         SglangSchedulerConfig.from_capacity(1000, page_size=16)
 
 
+def test_a_given_running_cap_is_capped_at_half_the_slots() -> None:
+    # sglang 0.5.22 resolve_max_num_reqs: min(requested, token_capacity // 2), and
+    # summary.json's scheduler_limits says where a capped value came from
+    from schedulers.sglang.entry import ENTRY
+    capped = SglangSchedulerConfig(max_total_tokens=1024, max_running_requests=4096)
+    assert capped.resolved_max_running_requests == 512
+    assert SglangScheduler(capped).max_running_requests == 512
+    kept = SglangSchedulerConfig(max_total_tokens=1024, max_running_requests=100)
+    assert kept.resolved_max_running_requests == 100
+    assert ENTRY.derived_limits is not None
+    assert ENTRY.derived_limits(kept)["max_running_requests"].source == "config"
+    assert "capped at 1024 token slots / 2" in (
+        ENTRY.derived_limits(capped)["max_running_requests"].source)
+
+
 @pytest.mark.parametrize(("fields", "name"), [
     ({"page_size": 0}, "page_size"),
     ({"schedule_policy": "sjf"}, "schedule_policy"),

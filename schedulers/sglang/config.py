@@ -159,11 +159,12 @@ class SglangSchedulerConfig(EvictionOptions):
 
     @property
     def resolved_max_running_requests(self) -> int:
-        if self.max_running_requests is not None:
-            return self.max_running_requests
-        # mirrors mem_cache/kv_cache_configurator.py: resolve_max_num_reqs (flag unset); an
-        # unknown context length takes the estimate's floor of 2048 rows.
+        # mirrors mem_cache/kv_cache_configurator.py: resolve_max_num_reqs: a given flag is
+        # capped at half the token slots too; unset, an unknown context length takes the
+        # estimate's floor of 2048 rows.
         capacity = self.kv_capacity_tokens
+        if self.max_running_requests is not None:
+            return max(1, min(self.max_running_requests, capacity // 2))
         if self.context_length is None:
             estimated = 2048
         else:

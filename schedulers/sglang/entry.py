@@ -40,9 +40,13 @@ def _loop_fallback(fields: Mapping[str, Any]) -> LoopFallback | None:
 def _derived_limits(config: SglangSchedulerConfig) -> dict[str, Setting]:
     """The running-request cap as the job runs it, and where it came from."""
     cap = config.resolved_max_running_requests
-    if config.max_running_requests is not None:
-        return {"max_running_requests": Setting(cap, FROM_CONFIG)}
     slots = config.kv_capacity_tokens
+    if config.max_running_requests is not None:
+        if cap == config.max_running_requests:
+            return {"max_running_requests": Setting(cap, FROM_CONFIG)}
+        return {"max_running_requests": Setting(cap, (
+            f"the config's {config.max_running_requests}, capped at {slots} token slots / 2 "
+            "(sglang 0.5.22 resolve_max_num_reqs)"))}
     context = (f"context {config.context_length}" if config.context_length is not None
                else "context unknown: estimate 2048")
     return {"max_running_requests": Setting(cap, (

@@ -138,10 +138,10 @@ class HardwareSpec:
     """One accelerator: dense peak FLOP/s at the model's dtype, HBM bandwidth (bytes/s),
     host link bandwidth (bytes/s, one direction, for swap/offload models), memory (bytes, the
     total the driver reports, as NVML and `nvidia-smi` do; 0: unknown), and `device_name`,
-    the name the device reports (`torch.cuda.get_device_name`; empty: `name`). `fit_from`:
-    the GPU whose fitted roofline (`executor.cost_model=fitted_roofline`) this one borrows
-    when it has no measurements of its own (empty: none; engines/measured_cost.py:
-    `borrowed_fit`).
+    the name the device reports (`torch.cuda.get_device_name`; empty: `name`).
+    `fit_from` names the GPU whose fitted roofline executor.cost_model=fitted_roofline applies
+    to this one's peaks when it has no measurements of its own, empty for none
+    (engines/measured_cost.py: borrowed_fit).
 
     Upstream's launchers size scheduler limits from the memory and the name
     (schedulers/device_defaults.py), and `kv_capacity_tokens=auto` the KV pool

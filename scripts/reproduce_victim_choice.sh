@@ -5,7 +5,8 @@
 # Azure 2023 conv trace in 1,000-request windows, real output lengths with EOS not ignored).
 # Two settings, each through scripts/_study.sh (each scheduler's capacity over 5
 # realisations, then loads 0.5-3 x capacity over 5 realisations) and scripts/victim_report.py
-# (recompute per eviction, the E2E parts of victims and others):
+# (recompute per eviction, the E2E parts of victims and others) and
+# scripts/victim_contrast.py (the two choices side by side per load, paired by window):
 #   main  Llama-2-7B on an A100-80GB, cost_model=measured (124,688 KV slots: SGLang hardly
 #         ever retracts);
 #   a10   Llama-2-7B on an NVIDIA A10 24GB (the common cloud GPU of 7B serving),
@@ -31,6 +32,7 @@ setting() {  # setting NAME "TITLE" [Hydra overrides of the setting...]
     scripts/_study.sh victim_choice "$name" "$title" "$columns" "$@" "${extra[@]}"
     "$py" scripts/victim_report.py "results/victim_choice/runs/$name/sweep" \
         "results/victim_choice/$name"
+    "$py" scripts/victim_contrast.py "results/victim_choice/$name"
 }
 extra=("$@")
 setting main "Q3: victim choice, main setting"

@@ -153,7 +153,8 @@ def write(setting_dir: str | Path, load_param: str) -> tuple[Path, Path]:
         "all windows, n/a where it retracts in none) and difference (mean of the "
         "per-window differences). Victims' E2E latency against the same request under "
         "the other scheduler (per job the median over its victims); the last column is "
-        "SGLang's minus vLLM's over the windows where both have victims.\n\n" + table(c) + "\n" + CI_NOTE + ".\n")
+        "SGLang's minus vLLM's over the windows where both have victims.\n\n"
+        + table(c) + "\n" + CI_NOTE + ".\n")
     return csv_path, md_path
 
 

@@ -72,3 +72,15 @@ def test_the_contrast_pairs_windows_and_flags_few_evictions(tmp_path: Path) -> N
     with pytest.raises(ValueError, match=r"workload.load=1 workload.realization=2 ran under "
                                          r"one scheduler only"):
         write(tmp_path, "workload.load")
+
+
+def test_an_unset_fit_from_stays_out_of_the_capacity_config() -> None:
+    # capacity files (and the digests the studies' capacity.md record) written before
+    # hardware.fit_from existed still match; a set one is part of the config
+    from experiments.run.load import capacity_config
+
+    settings = settings_of_the_script()
+    main = capacity_config(compose(["experiment=victim_choice", *settings["main"]]))
+    a10 = capacity_config(compose(["experiment=victim_choice", *settings["a10"]]))
+    assert "fit_from" not in main["hardware"] and main["hardware"]["name"] == "a100_80g"
+    assert a10["hardware"]["fit_from"] == "a40"

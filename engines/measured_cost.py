@@ -411,6 +411,21 @@ class RooflineFit:
         return s
 
 
+def borrowed_fit(fit: RooflineFit, hardware: str) -> RooflineFit:
+    """`fit` (another GPU's) applied to `hardware`, which has no measurements: the same
+    efficiencies, floors and elementwise term against `hardware`'s own peaks
+    (`hardware.fit_from`; its label says so: "extrapolated from <fit's GPU> to <hardware>").
+    Sound only for GPUs of the same architecture, whose kernels reach the same fractions of
+    their peaks (DESIGN.md, "Executors")."""
+    if fit.extrapolated_from:
+        raise ValueError(f"hardware {hardware!r}: fit_from={fit.hardware!r}: that fit is itself "
+                         f"extrapolated from {fit.extrapolated_from!r}; borrow the measured one")
+    return RooflineFit(**{**fit.__dict__, "hardware": hardware, "extrapolated_from": fit.hardware,
+                          "notes": (*fit.notes, f"{hardware}: no measurements; the "
+                                    f"{fit.hardware} efficiencies and floors applied to the "
+                                    f"{hardware}'s peaks (an extrapolation)")})
+
+
 class LayerRoofline:
     """The fitted roofline's per-layer terms for one model on one GPU (seconds)."""
 

@@ -21,8 +21,8 @@ transcription committed at scripts/vidur_offline/attention_sample.txt.
 What it writes (small CSVs; the shapes held out for scripts/gpu_timing_error.py are left out):
 - <pair>/linear.csv, <pair>/profile.json, and for the pair with attention measurements
   <pair>/attn_decode.csv and <pair>/attn_prefill.csv;
-- fitted_roofline/<hardware>.json: the roofline fitted per GPU (h200: the H100 fit, stated as
-  an extrapolation);
+- fitted_roofline/<hardware>.json: the roofline fitted per measured GPU (a GPU without
+  measurements borrows one at run time: its hardware config's `fit_from`, e.g. h200 and a10);
 - LICENSE-vidur.txt, LICENSE-LLMServingSim.txt: the sources' notices.
 """
 
@@ -61,7 +61,8 @@ def load_hardware(name: str) -> HardwareSpec:
     d = yaml.safe_load((ROOT / "conf" / "hardware" / f"{name}.yaml").read_text())
     d.pop("defaults", None)
     name = str(d.pop("name"))
-    return HardwareSpec(name=name, **{k: float(v) for k, v in d.items()})
+    text = {k: str(d.pop(k)) for k in ("device_name", "fit_from") if k in d}
+    return HardwareSpec(name=name, **text, **{k: float(v) for k, v in d.items()})
 
 
 def gemm_sum(ops: dict[str, float]) -> float:
@@ -230,11 +231,6 @@ def build(raw: Path, out: Path) -> None:
             attn_floor_s=float(f"{attn_floor:.4g}"),
             attn_prefill_flops_efficiency=round(min(pf, 1.0), 4),
             fitted_to=tuple(labels[gpu]), notes=tuple(notes))
-    h = fits["h100"]
-    fits["h200"] = RooflineFit(**{**h.__dict__, "hardware": "h200", "extrapolated_from": "h100",
-                                  "notes": (*h.notes, "h200: no measurements; the h100 "
-                                            "efficiencies and floors applied to the h200's "
-                                            "peaks (an extrapolation)")})
     for gpu, fit in fits.items():
         (fit_dir / f"{gpu}.json").write_text(json.dumps(fit.to_json(), indent=1) + "\n")
         print(f"{gpu}: {fit.label}: {json.dumps(fit.to_json())}")

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Question 3: victim choice, vLLM's latest arrival against SGLang's fewest outputs, then
 # longest prompt: under which loads do they differ most in evictions, recomputed tokens and
-# what the victims pay? One setting, the main one (conf/experiment/victim_choice.yaml: the
-# project's defaults, Azure 2023 conv trace in 1,000-request windows, real output lengths
-# with EOS not ignored): scripts/_study.sh finds each scheduler's capacity (5 realisations)
-# and sweeps loads 0.5-3 x capacity over 5 realisations into results/victim_choice/main/;
-# scripts/victim_report.py adds recompute per eviction and the E2E parts of victims and
-# others. Extra arguments are Hydra overrides of the setting. Raw runs:
-# results/victim_choice/runs/ (git-ignored).
+# what the victims pay? Preset: conf/experiment/victim_choice.yaml (the project's defaults,
+# Azure 2023 conv trace in 1,000-request windows, real output lengths with EOS not ignored).
+# Two settings, each through scripts/_study.sh (each scheduler's capacity over 5
+# realisations, then loads 0.5-3 x capacity over 5 realisations) and scripts/victim_report.py
+# (recompute per eviction, the E2E parts of victims and others) and
+# scripts/victim_contrast.py (the two choices side by side per load, paired by window):
+#   main  Llama-2-7B on an A100-80GB, cost_model=measured (124,688 KV slots: SGLang hardly
+#         ever retracts);
+#   a10   Llama-2-7B on an NVIDIA A10 24GB (the common cloud GPU of 7B serving),
+#         cost_model=fitted_roofline with the A40's fit (conf/hardware/a10.yaml: fit_from),
+#         16,320 KV slots: the tight setting in which SGLang retracts.
+# VICTIM_SETTINGS (default "main a10") runs a subset. Extra arguments are Hydra overrides of
+# every setting. Results: results/victim_choice/<setting>/; raw runs:
+# results/victim_choice/runs/<setting>/ (git-ignored).
 set -euo pipefail
 start=$SECONDS
 cd "$(dirname "$0")/.."
@@ -17,7 +24,17 @@ py=${PYTHON:-.venv/bin/python}
 from experiments.inputs.workloads.replay import trace_path
 trace_path(None, "azure2023/AzureLLMInferenceTrace_conv.csv")  # fails with the folder to fix
 PY
-scripts/_study.sh victim_choice main "Q3: victim choice, main setting" \
-    num_preemptions,num_victims,recomputed_tokens,recomputed_token_share,median_e2el_victim_ms,median_e2el_nonvictim_ms,p99_e2el_ms,slo_attainment "$@"
-"$py" scripts/victim_report.py results/victim_choice/runs/main/sweep results/victim_choice/main
-wall_time victim_choice "$start" "tables and figures in results/victim_choice/main"
+columns=num_preemptions,num_victims,recomputed_tokens,recomputed_token_share,median_e2el_victim_ms,median_e2el_nonvictim_ms,p99_e2el_ms,slo_attainment
+setting() {  # setting NAME "TITLE" [Hydra overrides of the setting...]
+    local name=$1 title=$2
+    shift 2
+    case " ${VICTIM_SETTINGS:-main a10} " in *" $name "*) ;; *) return 0 ;; esac
+    scripts/_study.sh victim_choice "$name" "$title" "$columns" "$@" "${extra[@]}"
+    "$py" scripts/victim_report.py "results/victim_choice/runs/$name/sweep" \
+        "results/victim_choice/$name"
+    "$py" scripts/victim_contrast.py "results/victim_choice/$name"
+}
+extra=("$@")
+setting main "Q3: victim choice, main setting"
+setting a10 "Q3: victim choice, A10 24GB setting" hardware=a10 executor.cost_model=fitted_roofline
+wall_time victim_choice "$start" "tables and figures in results/victim_choice/<setting>"

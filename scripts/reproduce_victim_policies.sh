@@ -16,23 +16,41 @@
 # the loads, fractions of capacity, space-separated. SCHEDULERS (default "vllm"): SGLang
 # retracts at most once per 1,000-request window in this setting (results/victim_choice/),
 # too few for its policies to differ, so its 70 runs are left out unless asked for
-# (SCHEDULERS="vllm sglang"). Raw runs: results/victim_policies/
-# runs/ (git-ignored).
+# (SCHEDULERS="vllm sglang").
+# Two settings of Q3 (POLICY_SETTINGS, default "main a10", picks some), each with its own
+# default schedulers and loads (SCHEDULERS and LOADS, when set, apply to every setting):
+#   main  the above; vLLM at 1.25: results/victim_policies/ (raw runs/vllm, runs/capacity);
+#   a10   Llama-2-7B on an A10 24GB (fitted_roofline from the A40, 16,320 KV slots and a host
+#         pool as large), where SGLang retracts 9-17 times per window past capacity: vLLM and
+#         SGLang at 1.25 and 1.5: results/victim_policies/a10/ (raw runs/a10/, git-ignored).
 set -euo pipefail
 start=$SECONDS
 cd "$(dirname "$0")/.."
 source scripts/_wall_time.sh
 py=${PYTHON:-.venv/bin/python}
-out=results/victim_policies
-runs=$out/runs
-read -r -a loads <<< "${LOADS:-1.25}"
-read -r -a schedulers <<< "${SCHEDULERS:-vllm}"
 columns=num_preemptions,preempted_request_share,recomputed_token_share,p99_e2el_victim_ms,p99_e2el_nonvictim_ms,p99_e2el_ms,request_goodput,slo_attainment,num_swap_out,num_swap_fallbacks,swap_time_share
 export CI=${CI:-true}  # no progress bars in the workers
-rm -rf "$runs"
-mkdir -p "$runs"
-# the capacity file of the default policy in recompute mode, checked against this config
-capacity=$("$py" - results/victim_choice/runs/main/capacity/capacity.json <<'PY'
+
+run_setting() {  # run_setting SETTING: its capacities, multiruns and reports
+    local setting=$1 out runs label capacity rates sched
+    local -a overrides loads schedulers one_load
+    case $setting in
+        main) out=results/victim_policies; runs=$out/runs; overrides=(); label=""
+              read -r -a loads <<< "${LOADS:-1.25}"
+              read -r -a schedulers <<< "${SCHEDULERS:-vllm}" ;;
+        # the host pool as large as the A10's device pool (summary.json kv_capacity_tokens)
+        a10) out=results/victim_policies/a10; runs=results/victim_policies/runs/a10
+             overrides=(hardware=a10 executor.cost_model=fitted_roofline
+                        scheduler.host_kv_capacity_tokens=16320); label=", A10 setting"
+             read -r -a loads <<< "${LOADS:-1.25 1.5}"
+             read -r -a schedulers <<< "${SCHEDULERS:-vllm sglang}" ;;
+        *) echo "POLICY_SETTINGS: setting $setting unknown; valid: main, a10" >&2; exit 2 ;;
+    esac
+    rm -rf "$runs/capacity" "${schedulers[@]/#/$runs/}"  # this setting's own (a10's are under main's)
+    mkdir -p "$runs"
+    # the capacity file of the default policy in recompute mode, checked against this config
+    capacity=$("$py" - "results/victim_choice/runs/$setting/capacity/capacity.json" \
+        "${overrides[@]}" <<'PY'
 import json, sys
 from pathlib import Path
 from experiments.run.config import compose_run_config
@@ -43,7 +61,7 @@ if ok:
     data = json.loads(path.read_text())
     for name, entry in data["schedulers"].items():
         cfg = compose_run_config(["experiment=victim_policies", f"scheduler={name}",
-                                  "scheduler.victim_policy=default",
+                                  *sys.argv[2:], "scheduler.victim_policy=default",
                                   "scheduler.preemption_mode=recompute"])
         mine = scheduler_config(cfg)
         mine.pop("host_kv_capacity_tokens")  # unused in recompute mode
@@ -54,26 +72,33 @@ if ok:
 print(path if ok else "")
 PY
 )
-if [ -z "$capacity" ]; then
-    "$py" -m experiments.capacity experiment=victim_choice --realizations 5 \
-        --out "$runs/capacity"
-    capacity=$runs/capacity/capacity.json
-fi
-echo "victim_policies: capacities from $capacity"
-for sched in "${schedulers[@]}"; do
-    rates=$("$py" - "$capacity" "$sched" "${loads[@]}" <<'PY'
+    if [ -z "$capacity" ]; then
+        "$py" -m experiments.capacity experiment=victim_choice "${overrides[@]}" \
+            --realizations 5 --out "$runs/capacity"
+        capacity=$runs/capacity/capacity.json
+    fi
+    echo "victim_policies ($setting): capacities from $capacity"
+    for sched in "${schedulers[@]}"; do
+        rates=$("$py" - "$capacity" "$sched" "${loads[@]}" <<'PY'
 import json, sys
 cap = json.load(open(sys.argv[1]))["schedulers"][sys.argv[2]]["capacity"]
 print(",".join(repr(float(load) * cap) for load in sys.argv[3:]))  # all digits: Q3's rates
 PY
 )
-    "$py" -m experiments.run -m experiment=victim_policies "scheduler=$sched" \
-        "workload.rate_scale=$rates" "hydra.sweep.dir=$runs/$sched" \
-        hydra.callbacks.comparison.print_table=false hydra.callbacks.comparison.figures=false
-    "$py" -m experiments.report "$runs/$sched" --out "$out/$sched" --no-figures \
-        --title "Victim policies: ${sched}" --columns "$columns" > /dev/null
+        "$py" -m experiments.run -m experiment=victim_policies "scheduler=$sched" \
+            "${overrides[@]}" "workload.rate_scale=$rates" "hydra.sweep.dir=$runs/$sched" \
+            hydra.callbacks.comparison.print_table=false hydra.callbacks.comparison.figures=false
+        "$py" -m experiments.report "$runs/$sched" --out "$out/$sched" --no-figures \
+            --title "Victim policies${label}: ${sched}" --columns "$columns" > /dev/null
+    done
+    one_load=()
+    [ "${#loads[@]}" -eq 1 ] && one_load=(--load "${loads[0]}")
+    "$py" scripts/policy_report.py "$out" "${schedulers[@]}" --capacity "$capacity" \
+        "${one_load[@]}"
+}
+
+read -r -a settings <<< "${POLICY_SETTINGS:-main a10}"
+for setting in "${settings[@]}"; do
+    run_setting "$setting"
 done
-one_load=()
-[ "${#loads[@]}" -eq 1 ] && one_load=(--load "${loads[0]}")
-"$py" scripts/policy_report.py "$out" "${schedulers[@]}" --capacity "$capacity" "${one_load[@]}"
-wall_time victim_policies "$start" "tables and figures in $out, raw runs in $runs"
+wall_time victim_policies "$start" "tables and figures in results/victim_policies, raw runs in results/victim_policies/runs"

@@ -153,3 +153,24 @@ def test_summary_records_each_limit_with_its_source(tmp_path: Path) -> None:
     assert sglang["scheduler_limits"] == {
         "chunked_prefill_size": {"value": -1, "source": "config"},
         "max_running_requests": {"value": 32, "source": "config"}}
+
+
+def test_the_a10_gets_upstreams_24_gb_defaults_and_the_a40_fit(tmp_path: Path) -> None:
+    # conf/hardware/a10.yaml: NVML's total (23,028 MiB) and the name torch reports
+    a10 = ("hardware=a10", "executor.cost_model=fitted_roofline")
+    vllm = run_job(tmp_path / "vllm", *a10)
+    source = "vllm 0.32.0 get_batch_defaults: NVIDIA A10 22.5 GiB (< 70 GiB)"
+    assert vllm["scheduler_limits"] == {
+        "max_num_batched_tokens": {"value": 2048, "source": source},
+        "max_num_seqs": {"value": 256, "source": source}}
+    assert vllm["step_time_source"] == ("roofline fitted to vidur a40 llama-2-7b "
+                                        "(extrapolated from a40 to a10)")
+    sglang = run_job(tmp_path / "sglang", "scheduler=sglang", *a10)
+    limits = sglang["scheduler_limits"]
+    assert limits["chunked_prefill_size"] == {
+        "value": 4096, "source": "sglang 0.5.22 handle_gpu_memory_settings: NVIDIA A10 22.5 GiB "
+                                 "(< 35 GiB)"}
+    # resolve_max_num_reqs from the A10's pool and the context: 16,320 / 4,096 x 512 -> 2,040,
+    # then the floor of 2,048 rows
+    assert sglang["kv_capacity_tokens"] == vllm["kv_capacity_tokens"] == 16320
+    assert limits["max_running_requests"]["value"] == 2048

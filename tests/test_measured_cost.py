@@ -24,6 +24,7 @@ from engines.measured_cost import (
     MeasuredRangeError,
     OperatorTimes,
     RooflineFit,
+    borrowed_fit,
     interp,
 )
 from experiments.run.build import build_cost_model, build_executor, step_time_source
@@ -162,7 +163,7 @@ def test_pairs_without_measurements_are_refused_with_the_choices() -> None:
     llama3 = ModelSpec(name="llama3_8b", hidden_size=4096, num_hidden_layers=32,
                        num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
                        vocab_size=128256, head_dim=128)
-    h200 = HardwareSpec("h200", 989.4e12, 4.8e12, 64e9, 141e9)
+    h200 = HardwareSpec("h200", 989.4e12, 4.8e12, 64e9, 141e9, fit_from="h100")
     with pytest.raises(ValueError, match=r"no measured profile of model='llama3_8b' on "
                                          r"hardware='h200'; measured: model=llama2_7b "
                                          r"hardware=a100_80g"):
@@ -174,6 +175,52 @@ def test_pairs_without_measurements_are_refused_with_the_choices() -> None:
     assert isinstance(fitted, FittedRooflineCostModel)
     assert fitted.source == ("roofline fitted to vidur h100 llama-2-7b, llmservingsim h100 "
                              "llama-3.1-8b (extrapolated from h100 to h200)")
+
+
+def _decode_step(batch: int, context: int) -> list[ScheduledChunk]:
+    return [ScheduledChunk(f"r{i}", [1], context, [], True) for i in range(batch)]
+
+
+def test_a_gpu_without_measurements_borrows_the_fit_its_config_names() -> None:
+    a40_fit = RooflineFit.load(MEASURED / "fitted_roofline" / "a40.json")
+    a40 = HardwareSpec("a40", 149.7e12, 696.0e9, 32e9, 48e9)
+    a10 = HardwareSpec("a10", 125.0e12, 600.0e9, 32e9, 24146608128, fit_from="a40")
+    model = build_cost_model("fitted_roofline", None, LLAMA2, a10)
+    assert isinstance(model, FittedRooflineCostModel)
+    # the A40's efficiencies, floors and elementwise term, unchanged; only the peaks differ
+    assert {k: v for k, v in model.fit.__dict__.items()
+            if k not in ("hardware", "extrapolated_from", "notes")} == {
+        k: v for k, v in a40_fit.__dict__.items()
+        if k not in ("hardware", "extrapolated_from", "notes")}
+    assert (model.fit.hardware, model.fit.extrapolated_from) == ("a10", "a40")
+    assert model.source == "roofline fitted to vidur a40 llama-2-7b (extrapolated from a40 to a10)"
+    assert model.fit.notes[-1].startswith("a10: no measurements; the a40 efficiencies")
+    # a weight-bound decode step scales with the bandwidths (600 against 696 GB/s), less the
+    # floors and the overhead that do not
+    on_a40 = FittedRooflineCostModel(a40_fit, LLAMA2, a40)
+    step = _decode_step(8, 512)
+    ratio = model.plan_seconds(step) / on_a40.plan_seconds(step)
+    assert 1.05 < ratio < 696.0 / 600.0
+
+
+def test_a_gpu_with_no_fit_and_no_fit_from_is_refused_naming_the_fitted_ones() -> None:
+    l4 = HardwareSpec("l4", 121.0e12, 300.0e9, 32e9, 24e9)
+    with pytest.raises(ValueError, match=r"no fit for hardware='l4' .*no hardware\.fit_from; "
+                                         r"fitted: a100_80g, a40, h100$"):
+        build_cost_model("fitted_roofline", None, LLAMA2, l4)
+    orphan = HardwareSpec("l4", 121.0e12, 300.0e9, 32e9, 24e9, fit_from="l40s")
+    with pytest.raises(ValueError, match=r"hardware\.fit_from='l40s' \(hardware='l4'\): no fit "
+                                         r"for that GPU .*fitted: a100_80g, a40, h100$"):
+        build_cost_model("fitted_roofline", None, LLAMA2, orphan)
+    h200_fit = borrowed_fit(RooflineFit.load(MEASURED / "fitted_roofline" / "h100.json"), "h200")
+    with pytest.raises(ValueError, match=r"fit_from='h200': that fit is itself extrapolated "
+                                         r"from 'h100'"):
+        borrowed_fit(h200_fit, "l4")
+    # cost_model=measured does not borrow: the A10 has no measured profile
+    a10 = HardwareSpec("a10", 125.0e12, 600.0e9, 32e9, 24e9, fit_from="a40")
+    with pytest.raises(ValueError, match=r"no measured profile of model='llama2_7b' on "
+                                         r"hardware='a10'"):
+        build_cost_model("measured", None, LLAMA2, a10)
 
 
 def test_step_time_source_names_each_cost_model() -> None:

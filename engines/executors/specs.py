@@ -139,6 +139,9 @@ class HardwareSpec:
     host link bandwidth (bytes/s, one direction, for swap/offload models), memory (bytes, the
     total the driver reports, as NVML and `nvidia-smi` do; 0: unknown), and `device_name`,
     the name the device reports (`torch.cuda.get_device_name`; empty: `name`).
+    `fit_from` names the GPU whose fitted roofline executor.cost_model=fitted_roofline applies
+    to this one's peaks when it has no measurements of its own, empty for none
+    (engines/measured_cost.py: borrowed_fit).
 
     Upstream's launchers size scheduler limits from the memory and the name
     (schedulers/device_defaults.py), and `kv_capacity_tokens=auto` the KV pool
@@ -151,6 +154,7 @@ class HardwareSpec:
     host_link_bandwidth: float = ranged(low=0.0, low_open=True, high=1e16)
     memory_bytes: float = ranged(0.0, low=0.0, high=1e15)
     device_name: str = ""
+    fit_from: str = ""
 
     def __post_init__(self) -> None:
         owner = f"hardware {self.name!r}"

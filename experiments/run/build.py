@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -35,6 +36,7 @@ from engines.measured_cost import (
     MeasuredProfile,
     RooflineFit,
     available_pairs,
+    borrowed_fit,
     measured_profile_folder,
 )
 from experiments.paths import project_path
@@ -385,13 +387,7 @@ def _measured_cost_model(kind: str, profile: str | None, model: ModelSpec,
                          extrapolate: bool) -> CostModel:
     root = project_path(MEASURED_DIR)
     if kind == "fitted_roofline":
-        path = project_path(profile) if profile else root / "fitted_roofline" / (
-            f"{hardware.name}.json")
-        if not path.is_file():
-            fits = sorted(p.stem for p in (root / "fitted_roofline").glob("*.json"))
-            raise ValueError(f"executor.cost_model=fitted_roofline: no fit for "
-                             f"hardware={hardware.name!r} ({path}); fitted: {', '.join(fits)}")
-        return FittedRooflineCostModel(RooflineFit.load(path), model, hardware,
+        return FittedRooflineCostModel(_roofline_fit(root, profile, hardware), model, hardware,
                                        step_overhead_s=step_overhead_s)
     folder = project_path(profile) if profile else measured_profile_folder(
         root, model.name, hardware.name)
@@ -408,6 +404,29 @@ def _measured_cost_model(kind: str, profile: str | None, model: ModelSpec,
                          f"hardware={hardware.name}")
     return MeasuredCostModel(prof, model, hardware, step_overhead_s=step_overhead_s,
                              refuse_outside=not extrapolate)
+
+
+def _roofline_fit(root: Path, profile: str | None, hardware: HardwareSpec) -> RooflineFit:
+    """The fitted roofline of `hardware`: `profile` when given, else its own fit under
+    `root`/fitted_roofline/, else, for a GPU without measurements whose config names
+    `fit_from`, that GPU's fit applied to its peaks (`borrowed_fit`); anything else is
+    refused, naming the GPUs that have a fit."""
+    fit_dir = root / "fitted_roofline"
+    if profile:
+        return RooflineFit.load(project_path(profile))
+    own = fit_dir / f"{hardware.name}.json"
+    if own.is_file():
+        return RooflineFit.load(own)
+    fits = ", ".join(sorted(p.stem for p in fit_dir.glob("*.json")))
+    if not hardware.fit_from:
+        raise ValueError(f"executor.cost_model=fitted_roofline: no fit for "
+                         f"hardware={hardware.name!r} ({own}) and no hardware.fit_from; "
+                         f"fitted: {fits}")
+    source = fit_dir / f"{hardware.fit_from}.json"
+    if not source.is_file():
+        raise ValueError(f"hardware.fit_from={hardware.fit_from!r} (hardware="
+                         f"{hardware.name!r}): no fit for that GPU ({source}); fitted: {fits}")
+    return borrowed_fit(RooflineFit.load(source), hardware.name)
 
 
 def cost_model_summary(cfg_executor: Mapping[str, Any] | DictConfig) -> dict[str, Any]:

@@ -158,7 +158,8 @@ class SimExecutorConfig:
     (per-operator GPU measurements of the model on the hardware, interpolated at each step's
     shapes: engines/measured_cost.py; `profile` null: the pair's folder under
     conf/profiles/measured/) or fitted_roofline (the roofline fitted to those measurements
-    for the hardware; h200: extrapolated from the h100 fit). `extrapolate` false: a measured
+    for the hardware; a GPU without measurements, e.g. h200 or a10, borrows the fit of the
+    GPU its `hardware.fit_from` names). `extrapolate` false: a measured
     profile refuses a shape outside its measured range instead of extrapolating it.
     """
 

@@ -75,6 +75,9 @@ SHARED_MEANINGS: dict[str, str] = {
                              "0: unknown)",
     "hardware.device_name": "the name the device reports (vLLM's batch defaults read it; "
                             "empty: name)",
+    "hardware.fit_from": "a GPU without measurements: the GPU whose fitted roofline "
+                         "executor.cost_model=fitted_roofline applies to this one's peaks "
+                         "(empty: none, its own fit or a refusal)",
     "slo.ttft": "time-to-first-token target, ms (null: none)",
     "slo.tpot": "time-per-output-token target, ms (null: none)",
     "slo.e2el": "end-to-end latency target, ms (null: none)",

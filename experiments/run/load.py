@@ -51,6 +51,10 @@ _MATCHED_TOP = ("workload", "model", "hardware", "executor", "kv_capacity_tokens
 # Scheduler keys that a capacity does not depend on: the random policy's seed (derived from
 # the realisation when null).
 _SCHEDULER_FREE = ("random_seed",)
+# Keys left out of the capacity config while they hold this value: added after capacity
+# files were written, with a value that changes nothing a run does, so those files (and the
+# config digests the studies' capacity.md record) still match.
+_UNSET_FREE: dict[str, dict[str, Any]] = {"hardware": {"fit_from": ""}}
 
 
 def _plain(node: Any) -> Any:
@@ -77,6 +81,9 @@ def capacity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         if key == "workload" and isinstance(value, dict):
             free = {*_WORKLOAD_FREE, RATE_PARAMS.get(str(value.get("name")), "")}
             value = {k: v for k, v in value.items() if k not in free}
+        unset = _UNSET_FREE.get(key, {})
+        if unset and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in unset or v != unset[k]}
         out[key] = value
     return out
 

@@ -74,13 +74,17 @@ def test_the_contrast_pairs_windows_and_flags_few_evictions(tmp_path: Path) -> N
         write(tmp_path, "workload.load")
 
 
-def test_an_unset_fit_from_stays_out_of_the_capacity_config() -> None:
-    # capacity files (and the digests the studies' capacity.md record) written before
-    # hardware.fit_from existed still match; a set one is part of the config
-    from experiments.run.load import capacity_config
+def test_the_capacity_config_holds_the_borrowed_fit_but_not_the_trace_folder(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # where this machine keeps the traces is not part of what a capacity means: the digest
+    # a study's capacity.md records is the same under any $SCHEDBENCH_TRACE_DIR
+    from experiments.run.load import capacity_config, config_digest
 
     settings = settings_of_the_script()
+    monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", "/one/place")
     main = capacity_config(compose(["experiment=victim_choice", *settings["main"]]))
     a10 = capacity_config(compose(["experiment=victim_choice", *settings["a10"]]))
-    assert "fit_from" not in main["hardware"] and main["hardware"]["name"] == "a100_80g"
-    assert a10["hardware"]["fit_from"] == "a40"
+    monkeypatch.setenv("SCHEDBENCH_TRACE_DIR", "/another")
+    again = capacity_config(compose(["experiment=victim_choice", *settings["main"]]))
+    assert "trace_dir" not in main["workload"] and config_digest(main) == config_digest(again)
+    assert main["hardware"]["fit_from"] == "" and a10["hardware"]["fit_from"] == "a40"

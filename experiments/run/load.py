@@ -42,8 +42,10 @@ RATE_PARAMS: dict[str, str] = {
     "mooncake": "rate_scale",
 }
 # Workload keys that do not change what the capacity means: the rate (what is searched),
-# the load keys themselves, and the draw (realisation and seed).
-_WORKLOAD_FREE = ("load", "capacity_file", "realization", "seed")
+# the load keys themselves, the draw (realisation and seed), and where this machine keeps
+# the traces (trace_dir: a capacity file, and the digest a study's capacity.md records, must
+# not depend on $SCHEDBENCH_TRACE_DIR; the file's name inside it stays in).
+_WORKLOAD_FREE = ("load", "capacity_file", "realization", "seed", "trace_dir")
 # Top-level keys that make up the config a capacity belongs to (besides the scheduler's own).
 _MATCHED_TOP = ("workload", "model", "hardware", "executor", "kv_capacity_tokens",
                 "gpu_memory_utilization", "max_model_len", "allow_long_max_model_len",
@@ -51,10 +53,6 @@ _MATCHED_TOP = ("workload", "model", "hardware", "executor", "kv_capacity_tokens
 # Scheduler keys that a capacity does not depend on: the random policy's seed (derived from
 # the realisation when null).
 _SCHEDULER_FREE = ("random_seed",)
-# Keys left out of the capacity config while they hold this value: added after capacity
-# files were written, with a value that changes nothing a run does, so those files (and the
-# config digests the studies' capacity.md record) still match.
-_UNSET_FREE: dict[str, dict[str, Any]] = {"hardware": {"fit_from": ""}}
 
 
 def _plain(node: Any) -> Any:
@@ -81,9 +79,6 @@ def capacity_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         if key == "workload" and isinstance(value, dict):
             free = {*_WORKLOAD_FREE, RATE_PARAMS.get(str(value.get("name")), "")}
             value = {k: v for k, v in value.items() if k not in free}
-        unset = _UNSET_FREE.get(key, {})
-        if unset and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in unset or v != unset[k]}
         out[key] = value
     return out
 

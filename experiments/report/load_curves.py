@@ -23,7 +23,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from experiments.report.figures import (
+    CAPACITY_LABEL,
+    CAPACITY_LINE,
     COLUMN_IN,
+    LOAD_KEY,
     SCHEDULER_NAMES,
     SERIES_STYLES,
     _save,
@@ -33,7 +36,7 @@ from experiments.report.figures import (
 )
 from experiments.report.realizations import REALIZATION, bootstrap_ci
 
-LOAD = "workload.load"
+LOAD = LOAD_KEY
 MAX_SERIES = 4
 # (column, axis label, scale)
 PANELS = (
@@ -97,7 +100,7 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
                                  sharex=True)
         for ax, (column, label, scale) in zip(axes.flat, PANELS, strict=True):
             ax.set_ylabel(label)
-            ax.axvline(1.0, color="0.35", lw=0.8, ls=(0, (4, 2)), zorder=1)
+            ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
             if column == "slo_attainment" and target is not None:
                 ax.axhline(100.0 * target, color="0.35", lw=0.8, ls=":", zorder=1)
             if column not in df or pd.to_numeric(df[column], errors="coerce").isna().all():
@@ -133,8 +136,7 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
                                   label=name))
         if n_real > 1:
             handles.append(Patch(color="0.6", alpha=0.4, label=f"95 % CI ({n_real} real.)"))
-        handles.append(Line2D([], [], color="0.35", lw=0.8, ls=(0, (4, 2)),
-                              label="capacity (load 1)"))
+        handles.append(Line2D([], [], label=CAPACITY_LABEL, **CAPACITY_LINE))
         if target is not None:
             handles.append(Line2D([], [], color="0.35", lw=0.8, ls=":",
                                   label=f"target {target:.0%}"))

@@ -658,6 +658,10 @@ def mark_capacity(ax: Any, x: str | None, ticks: list[str] | None) -> bool:
     if x != LOAD_KEY or ticks is not None:
         return False
     ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
+    locs = [float(v) for v in ax.get_xticks()]
+    if not any(math.isclose(v, 1.0) for v in locs):  # the line's load named on the axis
+        locs = sorted([*locs, 1.0])
+        ax.set_xticks(locs, [_num(v) for v in locs])  # labelled as `_x_axis` labels them
     return True
 
 

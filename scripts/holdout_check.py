@@ -205,8 +205,10 @@ def write_comparison(args: argparse.Namespace) -> Path:
                         f"--loads {ran['loads']}", f"--realizations {ran['realizations_arg']}",
                         *([f"--report {ran['report']}"] if ran["report"] else []),
                         *ran["overrides"]])
-    text = holdout_markdown(rows, title=f"{args.study}/{args.setting}",
-                            setting=args.note or "", capacity=meta["note"],
+    setting = " ".join(filter(None, [args.note, "The held-out jobs ran with logger=none (no W&B "
+                                    "runs) and one joblib worker; neither changes a number."]))
+    text = holdout_markdown(rows, title=f"{args.study}/{args.setting}", setting=setting,
+                            capacity=meta["note"],
                             realizations=ran["realizations"], command=command)
     out = setting_dir / "holdout.md"
     out.write_text(text)

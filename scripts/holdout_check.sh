@@ -24,13 +24,18 @@ check() {  # STUDY SETTING "NOTE" [run arguments...]
     "$py" scripts/holdout_check.py compare "$study" "$setting" "${report[@]}" --note "$note"
 }
 check preemption conv "Q1, main setting (Azure conv, 2,000-request windows, pipelined loops)." \
-    --loads 1.25,1.5 --realizations 5-8
+    --loads 1,1.25,1.5 --realizations 5-8
 check preemption conv_sync "Q1, synchronous loops (Azure conv, 2,000-request windows)." \
     --loads 1.25,1.5 --realizations 5-8 scheduler=vllm_sync,sglang_sync
 check victim_choice main "Q3, main setting (Azure conv, 1,000-request windows, trace_eos)." \
-    --loads 1.25,2 --realizations 5-9 --report=victim
+    --loads 1,1.25,2 --realizations 5-9 --report=victim
 check prefix_recovery mooncake "Q2, Mooncake (300-request windows, prompts clipped to 3,584)." \
     --loads 1.5,2,3 --realizations 5-9 --report=recovery
 check prefix_recovery azure_conv "Q2, Azure conv (500-request windows)." \
     --loads 1.5,2,3 --realizations 5-9 --report=recovery workload=azure_conv \
     workload.max_requests=500 workload.max_input_len=4096 workload.long_inputs=drop
+# Q1's loops on the held-out windows: sync against pipelined, ratio CIs paired by window
+# (the report's own comparison; raw, not committed: quoted in results/preemption/README.md)
+"$py" -m experiments.report results/preemption/runs/holdout_conv/sweep \
+    results/preemption/runs/holdout_conv_sync/sweep --out results/preemption/runs/holdout_loops \
+    --labels pipelined,sync

@@ -303,11 +303,18 @@ def test_evictions_vs_load_marks_saturation_as_load_curves_does(tmp_path: Path) 
         metric_vs_load(frame, "workload.load", [Metric(*m) for m in EVICTION_METRICS],
                        tmp_path / "evictions_vs_load.png", ("scheduler",))
         victims_vs_others(frame, "workload.load", tmp_path / "victim_e2el_vs_load.png")
-        runs = frame.assign(slo_attainment=0.9, request_goodput=4.0, p99_ttft_ms=900.0,
-                            p99_tpot_ms=60.0)
+        runs = pd.concat([frame.assign(**{"workload.realization": k}, slo_attainment=0.9 - k / 50,
+                                       request_goodput=4.0 + k, p99_ttft_ms=900.0 * (k + 1),
+                                       p99_tpot_ms=60.0 + k) for k in range(3)])
         load_curves(runs, tmp_path / "load_curves.png", target=0.9)
     evictions, victims, curves = figs
     reference = capacity_lines(curves.axes[0])[0]  # type: ignore[attr-defined]
+    # load_curves' CI swatches are the bands' colours, not a grey like the capacity line's
+    (legend,) = curves.legends  # type: ignore[attr-defined]
+    swatches = [r.get_facecolor()[:3] for r in legend.findobj(Rectangle)
+                if r is not legend.legendPatch and r.get_width() > 0 and r.get_facecolor()[3] > 0]
+    bands = {to_rgba(scheduler_color(s))[:3] for s in ("vllm", "sglang")}
+    assert swatches and all(any(np.allclose(c, b) for b in bands) for c in swatches)
     for fig in (evictions, victims):
         shown = [ax for ax in fig.axes if ax.get_visible()]  # type: ignore[attr-defined]
         for ax in shown:

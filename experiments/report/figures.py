@@ -104,7 +104,8 @@ SMALL_PT = 7.0          # notes on panels, legend titles
 # (`mark_capacity`), the same in load_curves.py.
 LOAD_KEY = "workload.load"
 CAPACITY_LABEL = "capacity (load 1)"
-CAPACITY_LINE: Any = {"color": "0.35", "lw": 0.8, "ls": (0, (4, 2))}
+# A wide light-grey solid line: unlike any series (thin, dark, solid or dashed by setting).
+CAPACITY_LINE: Any = {"color": "0.82", "lw": 3.0, "ls": "-", "solid_capstyle": "butt"}
 
 # Axis labels of config keys (words with units); others: the last key part in words.
 PARAM_LABELS = {

@@ -10,14 +10,18 @@
 #   38 of 500 (5-9 used); Azure code, 8,819 records: 5 blocks of 1,700, none held out;
 #   Mooncake, 3,993 records: 13 blocks of 300 (5-9 used).
 # Raw runs: results/<study>/runs/holdout_<setting>/ (git-ignored). Extra arguments: none.
+# STUDIES (as scripts/reproduce_all.sh reads it, which runs this script last) limits the
+# checks to those studies' settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 export CI=${CI:-true}
+read -r -a studies <<< "${STUDIES:-preemption prefix_recovery victim_choice}"
 "$py" scripts/check_traces.py
 check() {  # STUDY SETTING "NOTE" [run arguments...]
     local study=$1 setting=$2 note=$3
     shift 3
+    [[ " ${studies[*]} " == *" $study "* ]] || return 0
     "$py" scripts/holdout_check.py run "$study" "$setting" "$@"
     local report=()
     for a in "$@"; do [[ $a == --report=* ]] && report=("$a"); done
@@ -36,6 +40,7 @@ check prefix_recovery azure_conv "Q2, Azure conv (500-request windows)." \
     workload.max_requests=500 workload.max_input_len=4096 workload.long_inputs=drop
 # Q1's loops on the held-out windows: sync against pipelined, ratio CIs paired by window
 # (the report's own comparison; raw, not committed: quoted in results/preemption/README.md)
+[[ " ${studies[*]} " == *" preemption "* ]] || exit 0
 "$py" -m experiments.report results/preemption/runs/holdout_conv/sweep \
     results/preemption/runs/holdout_conv_sync/sweep --out results/preemption/runs/holdout_loops \
     --labels pipelined,sync

@@ -155,7 +155,11 @@ def _report_command(kind: str | None, sweep: Path, out: Path, setting: str) -> l
 
 def run(args: argparse.Namespace, overrides: list[str]) -> None:
     """Pin the capacity, sweep the held-out windows, write the held-out report."""
-    loads = [float(v) for v in args.loads.split(",")]
+    try:
+        loads = [float(v) for v in args.loads.split(",")]
+    except ValueError:
+        raise ConfigError(f"--loads={args.loads!r}: give loads as numbers, e.g. "
+                          "1.25,1.5") from None
     if not loads or min(loads) <= 0:
         raise ConfigError(f"--loads={args.loads!r}: needs loads > 0")
     reals = realizations(args.realizations)
@@ -205,8 +209,10 @@ def write_comparison(args: argparse.Namespace) -> Path:
                         f"--loads {ran['loads']}", f"--realizations {ran['realizations_arg']}",
                         *([f"--report {ran['report']}"] if ran["report"] else []),
                         *ran["overrides"]])
-    setting = " ".join(filter(None, [args.note, "The held-out jobs ran with logger=none (no W&B "
-                                    "runs) and one joblib worker; neither changes a number."]))
+    setting = " ".join(filter(None, [
+        args.note, "The held-out jobs ran with logger=none (no W&B runs) and one joblib "
+        "worker; neither changes a number. Their capacities are capacity.md's as it prints "
+        "them, rounded to 4 decimals."]))
     text = holdout_markdown(rows, title=f"{args.study}/{args.setting}", setting=setting,
                             capacity=meta["note"],
                             realizations=ran["realizations"], command=command)

@@ -3,7 +3,8 @@
 # checking that every trace they replay is there (scripts/check_traces.py: a missing trace
 # stops everything before the first job, rather than leaving tables of failed jobs). Prints
 # each script's wall time and, last, the total with the machine's cores. Stops at the first
-# study that fails, naming it.
+# study that fails, naming it. Last, scripts/holdout_check.sh: the held-out windows of the
+# studies it ran (results/<study>/<setting>/holdout.md).
 #   scripts/reproduce_all.sh                   every study of STUDIES
 #   STUDIES="preemption victim_choice" scripts/reproduce_all.sh     some of them
 # Not here: results/real_model (scripts/reproduce_real_model.sh runs a real model and
@@ -34,6 +35,12 @@ for s in "${studies[@]}"; do
     fi
     times+=("$s: $((SECONDS - t0)) s")
 done
+# the held-out windows of Q1-Q3 (results/<study>/<setting>/holdout.md), against the
+# statistics just rewritten and at the capacities just searched
+t0=$SECONDS
+echo "=== holdout_check.sh"
+STUDIES="${studies[*]}" scripts/holdout_check.sh
+times+=("holdout_check: $((SECONDS - t0)) s")
 echo "wall time per study on $(nproc) CPU cores:"
 printf '  %s\n' "${times[@]}"
 wall_time reproduce "$start" "studies: ${studies[*]}"

@@ -236,3 +236,107 @@ def test_a_log_axis_gets_the_ticks_its_length_has_room_for() -> None:
     assert len(shown) >= 3 and "10" in shown
     assert layout_problems(fig) == []
     plt.close(fig)
+
+
+STUDY_LOADS = (0.5, 1.0, 1.25, 1.5, 2.0, 3.0)  # victim_choice's; preemption's are a subset
+
+
+def load_frame(facets: int = 1, loads: tuple[float, ...] = STUDY_LOADS) -> pd.DataFrame:
+    """A load sweep as `figure_frame` gives it (means over 5 realisations with CIs and the
+    victims behind them), `facets` workloads: the shape of Q1 and Q3's report."""
+    rows = []
+    for f in range(facets):
+        for load in loads:
+            for sched in ("vllm", "sglang"):
+                evicts = sched == "vllm" and load > 1
+                row = {"scheduler": sched, "workload.load": load, "status": "ok",
+                       "workload": f"w{f}", "n_realizations": 5,
+                       "preemptions_per_1k_requests": 150.0 * evicts,
+                       "preempted_request_share": 0.13 * evicts,
+                       "recomputed_token_share": 0.05 * evicts,
+                       "prefix_recovery_on_resume": 0.6 if evicts else float("nan")}
+                for stat, base in (("median", 30_000.0), ("p99", 80_000.0)):
+                    for who, k in (("victim", 1.2), ("nonvictim", 1.0)):
+                        col = f"{stat}_e2el_{who}_ms"
+                        v = base * load * k if who == "nonvictim" or evicts else float("nan")
+                        row.update({col: v, f"{col}_ci_lo": 0.9 * v, f"{col}_ci_hi": 1.1 * v})
+                row["median_e2el_victim_ms_n"] = 600 if evicts else 0
+                row["p99_e2el_victim_ms_n"] = 20 if evicts else 0  # some hollow markers
+                for m in ("preemptions_per_1k_requests", "preempted_request_share",
+                          "recomputed_token_share", "prefix_recovery_on_resume"):
+                    row[f"{m}_ci_lo"], row[f"{m}_ci_hi"] = 0.8 * row[m], 1.2 * row[m]
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_victim_e2el_vs_load_has_no_overlapping_labels(tmp_path: Path) -> None:
+    # issue 30: the two y-axis labels ("median E2E latency (s)" over "p99 ...") overlapped
+    # in results/victim_choice/main and results/preemption/*; a panel column per workload,
+    # as many as a sweep may vary
+    for facets in (1, 2, 3, 4):
+        frame = load_frame(facets)
+        series = ("scheduler", "workload") if facets > 1 else ("scheduler",)
+        with saved_figures() as figs:
+            victims_vs_others(frame, "workload.load", tmp_path / f"v{facets}.png", series,
+                              title="E2E latency: victims and other requests vs load")
+        (fig,) = figs
+        assert layout_problems(fig) == [], facets
+        assert legends(fig) == 1
+        # the first and last loads stay named under the bottom-left panel (axes row-major)
+        bottom_left = fig.axes[facets]  # type: ignore[attr-defined]
+        labels = [t.get_text() for t in bottom_left.get_xticklabels() if t.get_visible()]
+        assert "1" in labels and "3" in labels, labels
+
+
+def capacity_lines(ax: object) -> list[object]:
+    """The vertical lines at load 1 on a panel (the axis-spanning kind axvline draws)."""
+    return [ln for ln in ax.get_lines()  # type: ignore[attr-defined]
+            if list(ln.get_xdata()) == [1.0, 1.0] and list(ln.get_ydata()) == [0, 1]]
+
+
+def test_evictions_vs_load_marks_saturation_as_load_curves_does(tmp_path: Path) -> None:
+    # issue 30: load_curves marked capacity (load 1), evictions_vs_load did not
+    from experiments.report.load_curves import load_curves
+
+    frame = load_frame()
+    with saved_figures() as figs:
+        metric_vs_load(frame, "workload.load", [Metric(*m) for m in EVICTION_METRICS],
+                       tmp_path / "evictions_vs_load.png", ("scheduler",))
+        victims_vs_others(frame, "workload.load", tmp_path / "victim_e2el_vs_load.png")
+        runs = pd.concat([frame.assign(**{"workload.realization": k}, slo_attainment=0.9 - k / 50,
+                                       request_goodput=4.0 + k, p99_ttft_ms=900.0 * (k + 1),
+                                       p99_tpot_ms=60.0 + k) for k in range(3)])
+        load_curves(runs, tmp_path / "load_curves.png", target=0.9)
+    evictions, victims, curves = figs
+    reference = capacity_lines(curves.axes[0])[0]  # type: ignore[attr-defined]
+    # load_curves' CI swatches are the bands' colours, not a grey like the capacity line's
+    (legend,) = curves.legends  # type: ignore[attr-defined]
+    swatches = [r.get_facecolor()[:3] for r in legend.findobj(Rectangle)
+                if r is not legend.legendPatch and r.get_width() > 0 and r.get_facecolor()[3] > 0]
+    bands = {to_rgba(scheduler_color(s))[:3] for s in ("vllm", "sglang")}
+    assert swatches and all(any(np.allclose(c, b) for b in bands) for c in swatches)
+    for fig in (evictions, victims):
+        shown = [ax for ax in fig.axes if ax.get_visible()]  # type: ignore[attr-defined]
+        for ax in shown:
+            (line,) = capacity_lines(ax)
+            for prop in ("color", "linestyle", "linewidth"):
+                assert getattr(line, f"get_{prop}")() == getattr(reference, f"get_{prop}")()
+        legend = fig.legends[0]  # type: ignore[attr-defined]
+        assert "capacity (load 1)" in [t.get_text() for t in legend.get_texts()]
+        assert layout_problems(fig) == []
+    # loads all past capacity (Q1's synchronous loops): the line still drawn, load 1 named
+    with saved_figures() as figs:
+        metric_vs_load(load_frame(loads=(1.25, 1.5)), "workload.load",
+                       [Metric(*m) for m in EVICTION_METRICS], tmp_path / "e2.png")
+    for ax in figs[0].axes:  # type: ignore[attr-defined]
+        assert capacity_lines(ax)
+        assert "1" in [t.get_text() for t in ax.get_xticklabels()]
+    assert layout_problems(figs[0]) == []
+    # not a load sweep (x is the recorded-rate scale): no capacity to mark
+    other = frame.rename(columns={"workload.load": "workload.rate_scale"})
+    with saved_figures() as figs:
+        metric_vs_load(other, "workload.rate_scale", [Metric(*m) for m in EVICTION_METRICS],
+                       tmp_path / "e.png", ("scheduler",))
+    assert not any(capacity_lines(ax) for ax in figs[0].axes)  # type: ignore[attr-defined]
+    assert "capacity (load 1)" not in [
+        t.get_text() for t in figs[0].legends[0].get_texts()]  # type: ignore[attr-defined]

@@ -42,7 +42,7 @@ def scratch_repo(tmp_path: Path, study: str) -> Path:
     (`study`: its body), results/a/x.txt committed as `1`."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    for name in ("reproduce_all.sh", "check_reproduce.sh", "_wall_time.sh"):
+    for name in ("reproduce_all.sh", "check_reproduce.sh", "_wall_time.sh", "holdout_check.sh"):
         shutil.copy2(ROOT / "scripts" / name, repo / "scripts" / name)
     script = repo / "scripts" / "reproduce_a.sh"
     script.write_text("#!/usr/bin/env bash\nset -e\ncd \"$(dirname \"$0\")/..\"\n" + study)
@@ -69,6 +69,7 @@ def test_the_check_passes_when_the_rerun_writes_the_same_bytes(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     assert "a: 0 s" in proc.stdout or "a: 1 s" in proc.stdout  # each study's wall time
     assert "reproduce:" in proc.stdout and "CPU cores" in proc.stdout  # and the total
+    assert "holdout_check: " in proc.stdout  # the held-out windows last (none of study a)
     assert "byte for byte as committed" in proc.stdout
 
 

@@ -24,12 +24,19 @@ One visual language for every figure:
   per scheduler), missing data written on the panel (a statistic without events, e.g.
   recovery with no readmission, is n/a: not drawn, said), a series at 0 everywhere drawn on
   top of the others and unclipped at the axis, and said on its panel (`SGLang: 0 at every
-  load`); log axes in plain numbers, with 1-2-5 ticks only where they fit (`log_ticks`).
+  load`); log axes in plain numbers, with 1-2-5 ticks only where they fit (`log_ticks`),
+  x tick labels that would touch blanked (`thin_x_labels`), each row of panels its own
+  height (the legend's rows added to it: `legend_height`);
+- against the load as a fraction of capacity (`LOAD_KEY`), saturation (load 1) marked by
+  a vertical line and its legend entry (`mark_capacity`, `capacity_handle`), as
+  load_curves.py marks it.
 Shared by any figure module (import them from here): `style`, `scheduler_color`,
 `scheduler_marker`, `scheduler_linestyle`, `shade`, `param_label`, `value_label`, `wrapped`,
-`suptitle`, `fig_legend`, `LegendGroup`, `log_ticks`, `ci_points` (a series with its CI
+`suptitle`, `fig_legend`, `legend_height`, `LegendGroup`, `log_ticks`, `mark_capacity`,
+`capacity_handle`, `thin_x_labels`, `ci_points` (a series with its CI
 error bars and hollow markers) with `LegendMarks` (the legend entries that explain them), the
-constants `FONT_FLOOR_PT`, `HOLLOW_FACE`, `MAX_SERIES`, `COLUMN_IN`, `PAGE_IN`, and `_save`
+constants `FONT_FLOOR_PT`, `HOLLOW_FACE`, `MAX_SERIES`, `COLUMN_IN`, `PAGE_IN`, `LOAD_KEY`,
+`CAPACITY_LINE`, `CAPACITY_LABEL`, and `_save`
 (PNG and PDF).
 Figures:
 - `latency_cdfs`: TTFT and end-to-end latency CDFs, schedulers overlaid on one log-x axis;
@@ -92,8 +99,17 @@ MAX_SERIES = 4          # curves per CDF panel
 FONT_FLOOR_PT = 7.0     # no text smaller, at the size the figure is made for
 SMALL_PT = 7.0          # notes on panels, legend titles
 
+# A sweep over load as a fraction of each scheduler's measured capacity (experiments/run/
+# load.py): load 1 is saturation, marked on every figure against it by a vertical line
+# (`mark_capacity`), the same in load_curves.py.
+LOAD_KEY = "workload.load"
+CAPACITY_LABEL = "capacity (load 1)"
+# A wide light-grey solid line: unlike any series (thin, dark, solid or dashed by setting).
+CAPACITY_LINE: Any = {"color": "0.82", "lw": 3.0, "ls": "-", "solid_capstyle": "butt"}
+
 # Axis labels of config keys (words with units); others: the last key part in words.
 PARAM_LABELS = {
+    LOAD_KEY: "load (× capacity)",
     "workload.rate_scale": "load (× recorded rate)",
     "workload.request_rate": "request rate (req/s)",
     "kv_capacity_tokens": "KV pool (tokens)",
@@ -207,6 +223,19 @@ def _save(fig: Any, path: str | Path, pdf: bool = True) -> Path:
                         metadata=meta)
     plt.close(fig)
     return p
+
+
+# The height of a row of panels with its tick labels and axis label (a y label up to about
+# 16 characters at 8 pt fits beside it), and of a line of the figure's title.
+PANEL_ROW_IN = 1.75
+METRIC_ROW_IN = 1.95  # metric_vs_load's, whose labels run to 28 characters
+TITLE_LINE_IN = 0.17
+
+
+def _title_in(fig: Any) -> float:
+    """The inches the figure's title (`suptitle`) takes above the panels."""
+    text = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    return 0.08 + TITLE_LINE_IN * (text.count("\n") + 1) if text.strip() else 0.05
 
 
 def suptitle(fig: Any, text: str) -> None:
@@ -404,16 +433,37 @@ LEGEND_CHAR_IN = 0.05
 LEGEND_HANDLE_IN = 0.55
 
 
+# A legend row's height (7 pt text, its handle and the spacing) and the legend's own margin.
+LEGEND_ROW_IN = 0.17
+LEGEND_PAD_IN = 0.12
+
+
+def legend_columns(width: float, labels: Sequence[str]) -> int:
+    """The columns `fig_legend` sets its entries in across a figure `width` inches wide: as
+    many as the widest entry allows (4 at most)."""
+    if not labels:
+        return 1
+    widest = max(len(text) for text in labels) * LEGEND_CHAR_IN + LEGEND_HANDLE_IN
+    return min(len(labels), max(1, min(4, int(width // widest))))
+
+
+def legend_height(width: float, handles: Sequence[Any], note: str = "") -> float:
+    """The inches `fig_legend` takes below the panels of a figure `width` inches wide."""
+    labels = [h.get_label() for h in handles]
+    if not labels:
+        return 0.0
+    rows = -(-len(labels) // legend_columns(width, labels)) + bool(note)
+    return LEGEND_PAD_IN + LEGEND_ROW_IN * rows
+
+
 def fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
     """The figure's one legend, below the panels (`note` as its title), in columns that fit
-    the figure's width."""
+    the figure's width (`legend_columns`)."""
     if handles:
         parts = [h.parts if isinstance(h, LegendGroup) else h for h in handles]
         labels = [h.get_label() for h in handles]
-        # as many columns as the widest entry allows across the figure (4 at most)
-        widest = max(len(text) for text in labels) * LEGEND_CHAR_IN + LEGEND_HANDLE_IN
-        across = max(1, min(4, int(fig.get_figwidth() // widest)))
-        fig.legend(parts, labels, loc="outside lower center", ncol=min(len(handles), across),
+        fig.legend(parts, labels, loc="outside lower center",
+                   ncol=legend_columns(fig.get_figwidth(), labels),
                    title=note or None, title_fontsize=SMALL_PT,
                    handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)})
     elif note:
@@ -600,6 +650,53 @@ def _x_axis(ax: Any, x: str | None, xs: Sequence[float], ticks: list[str] | None
         ax.set_xscale("log", base=2)
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xticks(list(xs), [_num(v) for v in xs])
+
+
+def mark_capacity(ax: Any, x: str | None, ticks: list[str] | None) -> bool:
+    """Draw saturation (load 1: each scheduler's own capacity) as a vertical line under the
+    series when `x` is the load as a fraction of capacity (`LOAD_KEY`) on a numeric axis;
+    whether it did (its legend entry: `capacity_handle`)."""
+    if x != LOAD_KEY or ticks is not None:
+        return False
+    ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
+    locs = [float(v) for v in ax.get_xticks()]
+    if not any(math.isclose(v, 1.0) for v in locs):  # the line's load named on the axis
+        locs = sorted([*locs, 1.0])
+        ax.set_xticks(locs, [_num(v) for v in locs])  # labelled as `_x_axis` labels them
+    return True
+
+
+def capacity_handle() -> Line2D:
+    """The legend entry of `mark_capacity`'s line."""
+    return Line2D([], [], label=CAPACITY_LABEL, **CAPACITY_LINE)
+
+
+def thin_x_labels(fig: Any) -> None:
+    """Blank the x tick labels that would touch the one before them (left to right; the
+    last label is kept, its neighbour blanked instead), so close loads such as 1, 1.25 and
+    1.5 on a narrow panel never collide. Call when everything is drawn."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        lo, hi = sorted(ax.get_xlim())
+        ticks = [t for t in ax.xaxis.get_major_ticks()
+                 if lo <= t.get_loc() <= hi and t.label1.get_visible()
+                 and t.label1.get_text().strip()]
+        if len(ticks) < 3:
+            continue
+        boxes = [t.label1.get_window_extent(renderer) for t in ticks]
+        order = sorted(range(len(ticks)), key=lambda i: boxes[i].x0)
+        kept = [order[0]]
+        for i in order[1:]:
+            if boxes[i].x0 - boxes[kept[-1]].x1 >= 2:
+                kept.append(i)
+            elif i == order[-1] and len(kept) > 1:
+                kept[-1] = i  # the last load stays named
+        locs = [t.get_loc() for t in ticks]
+        texts = [t.label1.get_text() if i in kept else "" for i, t in enumerate(ticks)]
+        ax.set_xticks(locs, texts)
 
 
 def _series_keys(frame: pd.DataFrame, series: Sequence[str]) -> list[str]:
@@ -830,14 +927,17 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
     width = COLUMN_IN if ncol == 1 else PAGE_IN
     marks = LegendMarks()
     with style():
-        fig, axes = plt.subplots(nrow, ncol, figsize=(width, 0.6 + 1.9 * nrow), squeeze=False,
+        fig, axes = plt.subplots(nrow, ncol, figsize=(width, 0.6 + METRIC_ROW_IN * nrow),
+                                 squeeze=False,
                                  layout="constrained")
         flat = [ax for row in axes for ax in row]
         for ax in flat[len(metrics):]:
             ax.set_visible(False)
+        saturation = False
         for ax, m in zip(flat, specs, strict=False):
             ax.set_ylabel(m.label)
             _x_axis(ax, x, xs, ticks)
+            saturation |= mark_capacity(ax, x, ticks)
             y_all = pd.to_numeric(df[m.column], errors="coerce") if m.column in df else None
             if y_all is None or y_all.isna().all():
                 _note(ax, m.missing)
@@ -861,8 +961,19 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
                 at = _dodged(g["_x"].to_numpy(dtype=float), k, apart, span, log)
                 ci_points(ax, g, m.column, m.scale, at, draw, marks, line=ticks is None)
             ax.set_ylim(bottom=0)
-        fig_legend(fig, _scheduler_handles(scheds) + enc.handles() + marks.handles())
+        if ticks is None:  # every panel over the same loads, drawn or not
+            shown = flat[:len(metrics)]
+            lo = min(ax.get_xlim()[0] for ax in shown)
+            hi = max(ax.get_xlim()[1] for ax in shown)
+            for ax in shown:
+                ax.set_xlim(lo, hi)
+        handles = _scheduler_handles(scheds) + enc.handles() + marks.handles()
+        handles += [capacity_handle()] * saturation
+        fig_legend(fig, handles)
         suptitle(fig, title)
+        fig.set_figheight(_title_in(fig) + METRIC_ROW_IN * nrow
+                          + legend_height(width, handles))
+        thin_x_labels(fig)
         return _save(fig, path)
 
 
@@ -891,6 +1002,7 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
     with style():
         fig, axes = plt.subplots(2, ncol, figsize=(width, 3.8), squeeze=False, sharex=True,
                                  layout="constrained")
+        saturation = False
         for c, level in enumerate(columns):
             part = df[df[facet].astype(str) == level] if facet else df
             for r, stat in enumerate(("median", "p99")):
@@ -929,10 +1041,11 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                     ax.set_title(wrapped("\n".join(head), width / ncol),
                                  fontsize=SMALL_PT if not (facet and r == 0) else None)
                 _x_axis(ax, x, xs, ticks)
+                saturation |= mark_capacity(ax, x, ticks)
                 if r == 0:
                     ax.set_xlabel("")
-                if c == 0:
-                    ax.set_ylabel(f"{stat} E2E latency (s)")
+                if c == 0:  # short: it must fit beside a panel (the title says latency)
+                    ax.set_ylabel(f"{stat} E2E (s)")
                 ax.set_ylim(bottom=0)
         handles: list[Any] = _scheduler_handles(scheds)
         if ticks is None:
@@ -941,8 +1054,13 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
         else:
             handles += [Line2D([], [], color="0.3", ls="", marker=OTHERS_MARKER,
                                label="other requests (victims: the scheduler's marker)")]
-        fig_legend(fig, handles + enc.handles() + marks.handles())
+        handles += enc.handles() + marks.handles() + [capacity_handle()] * saturation
+        fig_legend(fig, handles)
         suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
+        # each panel row its own height, whatever the legend takes: two rows of y labels
+        # never meet however many entries the legend has
+        fig.set_figheight(_title_in(fig) + PANEL_ROW_IN * 2 + legend_height(width, handles))
+        thin_x_labels(fig)
         return _save(fig, path)
 
 

@@ -23,17 +23,22 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from experiments.report.figures import (
+    CAPACITY_LABEL,
+    CAPACITY_LINE,
     COLUMN_IN,
+    LOAD_KEY,
     SCHEDULER_NAMES,
     SERIES_STYLES,
+    LegendGroup,
     _save,
+    fig_legend,
     scheduler_color,
     style,
     value_label,
 )
 from experiments.report.realizations import REALIZATION, bootstrap_ci
 
-LOAD = "workload.load"
+LOAD = LOAD_KEY
 MAX_SERIES = 4
 # (column, axis label, scale)
 PANELS = (
@@ -97,7 +102,7 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
                                  sharex=True)
         for ax, (column, label, scale) in zip(axes.flat, PANELS, strict=True):
             ax.set_ylabel(label)
-            ax.axvline(1.0, color="0.35", lw=0.8, ls=(0, (4, 2)), zorder=1)
+            ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
             if column == "slo_attainment" and target is not None:
                 ax.axhline(100.0 * target, color="0.35", lw=0.8, ls=":", zorder=1)
             if column not in df or pd.to_numeric(df[column], errors="coerce").isna().all():
@@ -131,14 +136,15 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
             handles.append(Line2D([], [], color=color, ls=ls, marker=marker,
                                   mfc="white" if marker in ("s", "D") else color,
                                   label=name))
-        if n_real > 1:
-            handles.append(Patch(color="0.6", alpha=0.4, label=f"95 % CI ({n_real} real.)"))
-        handles.append(Line2D([], [], color="0.35", lw=0.8, ls=(0, (4, 2)),
-                              label="capacity (load 1)"))
+        if n_real > 1:  # a swatch per scheduler, in the colour of its band
+            scheds = list(dict.fromkeys(k[0] for k in keys))
+            handles.append(LegendGroup(tuple(Patch(color=scheduler_color(s), alpha=0.22, lw=0)
+                                             for s in scheds), f"95 % CI ({n_real} real.)"))
+        handles.append(Line2D([], [], label=CAPACITY_LABEL, **CAPACITY_LINE))
         if target is not None:
             handles.append(Line2D([], [], color="0.35", lw=0.8, ls=":",
                                   label=f"target {target:.0%}"))
-        fig.legend(handles=handles, loc="outside lower center", ncol=2)
+        fig_legend(fig, handles)
         heading = "Load relative to each scheduler's capacity"
         if title and title != "default":  # the experiment's name, when it has one
             heading = f"{title}: {heading[0].lower()}{heading[1:]}"

@@ -1,0 +1,162 @@
+"""Held-out windows against the committed study (issue 30; experiments/report/holdout.py,
+scripts/holdout_check.py): on a tiny synthetic sweep aggregated by the report's own CI code,
+a statistic that stays is inside and overlapping, one that moves is neither, and the table
+says so; the capacity a held-out run uses is the committed one, for the committed config
+only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import load_script
+
+from experiments.report.holdout import (
+    RECOVERY_STATS,
+    SWEEP_STATS,
+    Comparison,
+    compare,
+    holdout_markdown,
+    read_report,
+    with_recovery,
+)
+from experiments.report.realizations import aggregate
+from experiments.user_error import ConfigError
+
+METRICS = ["num_preemptions", "preempted_request_share", "victim_e2el_median_ratio"]
+
+
+def sweep(realizations: range, evictions_at_2: float) -> pd.DataFrame:
+    """One row per job: vLLM evicts about 100 times a window at load 1.25 and about
+    `evictions_at_2` at load 2, SGLang never; victims' median E2E 1.2x the others'."""
+    rows = []
+    for k in realizations:
+        wobble = (-4.0, 2.0, 0.0, 3.0, -1.0)[k % 5]
+        for load, base in ((1.25, 100.0), (2.0, evictions_at_2)):
+            for sched in ("vllm", "sglang"):
+                ev = base + wobble if sched == "vllm" else 0.0
+                rows.append({"scheduler": sched, "workload.load": load,
+                             "workload.realization": k, "status": "ok",
+                             "num_preemptions": ev, "preempted_request_share": ev / 1000.0,
+                             "num_victims": ev,
+                             "victim_e2el_median_ratio": 1.2 + wobble / 100 if ev else np.nan})
+    return pd.DataFrame(rows)
+
+
+def report_folder(path: Path, jobs: pd.DataFrame) -> Path:
+    """aggregated.csv as the sweep report writes it, plus a headline.csv holding one
+    statistic aggregated.csv lacks."""
+    path.mkdir()
+    params = ["scheduler", "workload.load", "workload.realization"]
+    agg = aggregate(jobs, params, METRICS)
+    agg.to_csv(path / "aggregated.csv", index=False)
+    head = pd.DataFrame({"workload.load": [1.25, 2.0],
+                         "prefix_recovery_on_resume[vllm]": [0.8, 0.7],
+                         "prefix_recovery_on_resume_ci_lo[vllm]": [0.75, 0.6],
+                         "prefix_recovery_on_resume_ci_hi[vllm]": [0.85, 0.8],
+                         "prefix_recovery_on_resume_n[vllm]": [400, 500]})
+    head.to_csv(path / "headline.csv", index=False)
+    return path
+
+
+def cell(rows: list[Comparison], sched: str, load: float, stat: str) -> Comparison:
+    (row,) = [r for r in rows if (r.scheduler, r.load, r.stat) == (sched, load, stat)]
+    return row
+
+
+def test_a_statistic_that_stays_holds_and_one_that_moves_does_not(tmp_path: Path) -> None:
+    committed = read_report(report_folder(tmp_path / "c", sweep(range(5), 150.0)))
+    held = read_report(report_folder(tmp_path / "h", sweep(range(5, 10), 40.0)))
+    rows = compare(committed, held, SWEEP_STATS)
+    stays = cell(rows, "vllm", 1.25, "num_preemptions")
+    assert stays.inside is True and stays.overlap is True
+    assert stays.committed.lo <= stays.held_out.mean <= stays.committed.hi
+    moved = cell(rows, "vllm", 2.0, "num_preemptions")
+    assert moved.inside is False and moved.overlap is False
+    assert moved.held_out.mean == pytest.approx(40.0)
+    # a victim statistic carries its n (victims summed over the realisations)
+    ratio = cell(rows, "vllm", 2.0, "victim_e2el_median_ratio")
+    assert ratio.committed.n == 750 and ratio.held_out.n == 200
+    # SGLang at 0 on both sides: a zero-width CI that holds; its victim ratio, undefined on
+    # both sides, is left out
+    zero = cell(rows, "sglang", 2.0, "num_preemptions")
+    assert zero.inside is True and zero.overlap is True
+    assert not [r for r in rows
+                if (r.scheduler, r.stat) == ("sglang", "victim_e2el_median_ratio")]
+    # headline.csv's statistic joined in; one the committed side lacks is not compared
+    assert cell(rows, "vllm", 1.25, "prefix_recovery_on_resume").inside is True
+    assert "matched_victim_ratio" not in {r.stat for r in rows}
+    text = holdout_markdown(rows, "s/x", "A setting.", "pinned", [5, 6, 7, 8, 9], "cmd")
+    assert text == holdout_markdown(rows, "s/x", "A setting.", "pinned", [5, 6, 7, 8, 9],
+                                    "cmd")
+    line = next(ln for ln in text.splitlines() if ln.startswith("| 2 | evictions per window"))
+    assert line.endswith("| **no** | **no** |"), line
+    assert "| 1.25 | evictions per window | 100 [" in text
+    assert "Held-out realisations (trace windows) 5, 6, 7, 8, 9" in text
+
+
+def test_a_point_without_a_ci_or_on_one_side_only(tmp_path: Path) -> None:
+    committed = read_report(report_folder(tmp_path / "c", sweep(range(5), 150.0)))
+    one = sweep(range(7, 8), 150.0)  # one realisation (at the mean): a mean, no CI
+    extra = one[one["workload.load"] == 2.0].assign(**{"workload.load": 3.0})
+    held = read_report(report_folder(tmp_path / "h", pd.concat([one, extra])))
+    rows = compare(committed, held, SWEEP_STATS)
+    assert {r.load for r in rows} == {1.25, 2.0}  # load 3 was not in the study: nothing to hold
+    r = cell(rows, "vllm", 2.0, "num_preemptions")
+    assert r.inside is True and r.overlap is None
+    assert "n/a" in holdout_markdown(rows, "s/x", "", "pinned", [5])
+
+
+def test_recovery_per_readmission_joins_by_setting(tmp_path: Path) -> None:
+    folder = report_folder(tmp_path / "c", sweep(range(5), 150.0))
+    pd.DataFrame({"setting": ["a", "b"], "scheduler": ["vllm", "vllm"], "load": [2, 2],
+                  "readmissions": [55, 9], "mean_share": [0.415, 0.9],
+                  "mean_share_ci_lo": [0.33, 0.8], "mean_share_ci_hi": [0.5, 0.95]}
+                 ).to_csv(tmp_path / "recovery.csv", index=False)
+    report = with_recovery(read_report(folder), tmp_path / "recovery.csv", "a")
+    rows = compare(report, report, SWEEP_STATS + RECOVERY_STATS)
+    r = cell(rows, "vllm", 2.0, "mean_share")
+    assert r.committed.n == 55 and r.inside is True
+    assert "41.5 % [33.0, 50.0] (n = 55)" in holdout_markdown(rows, "s", "", "p", [5])
+
+
+def test_the_held_out_run_uses_the_committed_capacity_of_the_committed_config(
+        tmp_path: Path) -> None:
+    from experiments.run.config import compose_run_config
+    from experiments.run.load import resolve_load
+
+    holdout = load_script("holdout_check")
+    assert holdout.realizations("5-8") == [5, 6, 7, 8]
+    assert holdout.realizations("5,7") == [5, 7]
+    with pytest.raises(ConfigError, match="--realizations"):
+        holdout.realizations("five")
+    committed = Path(__file__).resolve().parent.parent / "results/victim_choice/main/capacity.md"
+    assert holdout.committed_capacity(committed) == (
+        {"vLLM": (0.9688, 4.39), "SGLang": (0.9531, 4.32)}, "6f6ed7b9174e9602")
+    # a capacity table as scripts/_study.sh writes it, for this host's composition of the
+    # setting (its digest includes workload.trace_dir, which depends on the environment)
+    from experiments.capacity.main import compose
+    from experiments.run.load import capacity_config, config_digest
+
+    digest = config_digest(capacity_config(compose(["experiment=victim_choice",
+                                                    "scheduler=vllm"])))
+    md = tmp_path / "capacity.md"
+    md.write_text("# Capacity: Q3\n\n```\nCapacity: ...\n"
+                  "scheduler         workload.rate_scale     req/s               bracket  probes\n"
+                  "vLLM                           0.9688      4.39      [0.9688, 0.9844)       7\n"
+                  "SGLang                         0.9531      4.32      [0.9531, 0.9688)       7\n"
+                  f"```\n\nCommand: `...`. Config digest `{digest[:16]}`.\n")
+    data = holdout.pinned_capacity("victim_choice", [], md)
+    assert data["schedulers"]["vllm"]["capacity"] == 0.9688
+    assert data["schedulers"]["sglang"]["capacity"] == 0.9531
+    path = tmp_path / "capacity.json"
+    path.write_text(json.dumps(data))
+    cfg = compose_run_config(["experiment=victim_choice", "scheduler=vllm",
+                              "workload.load=1.25", f"workload.capacity_file={path}"])
+    workload, resolved = resolve_load(cfg)
+    assert resolved is not None and workload["rate_scale"] == pytest.approx(1.25 * 0.9688)
+    with pytest.raises(ConfigError, match="config digest"):
+        holdout.pinned_capacity("victim_choice", ["workload.max_requests=500"], md)

@@ -8,7 +8,10 @@
 #   scripts/_study.sh NAME SETTING "TITLE" COLUMNS [Hydra overrides of this setting...]
 # COLUMNS: the comma-separated metrics of headline.md. CAPACITY_REALIZATIONS (default 5) sets
 # the realisations of each capacity probe; SWEEP_LOADS (e.g. 1.0,1.25,1.5) sweeps those loads
-# instead of the preset's (the capacity search refuses a sweep override). The raw folders (capacity probes, job folders,
+# instead of the preset's (the capacity search refuses a sweep override). CAPACITY_PER_WINDOW=1
+# also searches each realisation's (trace window's) own capacity (--per-window), and the sweep
+# then runs realisation k at load x window k's capacity; off by default (the committed
+# results were made with the pooled capacity). The raw folders (capacity probes, job folders,
 # wandb/) go to results/<name>/runs/<setting>/, which git ignores; everything written under
 # results/<name>/<setting>/ is a function of the command alone (no dates, no wall times), so
 # a rerun rewrites it byte for byte.
@@ -28,7 +31,8 @@ export CI=${CI:-true}  # no progress bars in the workers
 rm -rf "$runs"
 mkdir -p "$runs" "$out"
 "$py" -m experiments.capacity "experiment=$name" "$@" \
-    --realizations "${CAPACITY_REALIZATIONS:-5}" --out "$runs/capacity"
+    --realizations "${CAPACITY_REALIZATIONS:-5}" --out "$runs/capacity" \
+    ${CAPACITY_PER_WINDOW:+--per-window}
 "$py" - "$runs/capacity/capacity.json" "$out/capacity.md" "$title" <<'PY'
 import json, sys
 from experiments.capacity.main import format_table

@@ -3,14 +3,19 @@ other realisations and trace windows"): rerun some of a committed study's loads 
 windows it did not use, at the committed capacity, and compare.
 
     python scripts/holdout_check.py run STUDY SETTING --loads 1.25,1.5 --realizations 5-9 \
-        [--report victim|recovery] [Hydra overrides of the setting...]
+        [--report victim|recovery] [--capacity committed|per-window] \
+        [Hydra overrides of the setting...]
     python scripts/holdout_check.py compare STUDY SETTING [--report ...] [--note TEXT]
 
 `run`:
 1. pins the capacity: a capacity file (`experiments.run.load`'s format) holding each
    scheduler's rate as results/STUDY/SETTING/capacity.md commits it, after checking that
    the setting's config (experiment=STUDY plus the overrides) has the committed config
-   digest, so `workload.load` means the same request rate as in the study;
+   digest, so `workload.load` means the same request rate as in the study; with
+   `--capacity per-window`, after the same check, each held-out window's own capacity
+   instead, searched on that window (`python -m experiments.capacity --per-window`, the
+   default tolerance and target, as scripts/_study.sh searches), so a held-out point is at
+   the same distance from its window's saturation as the study's point from theirs;
 2. sweeps the schedulers x loads x realisations (`python -m experiments.run -m`, one joblib
    worker, logger=none) into results/STUDY/runs/holdout_SETTING/sweep;
 3. writes its report (`python -m experiments.report`: means and percentile-bootstrap CIs
@@ -144,6 +149,26 @@ def pinned_capacity(study: str, overrides: Sequence[str], capacity_md: Path
     return data
 
 
+def per_window_capacity(study: str, overrides: Sequence[str], reals: Sequence[int],
+                        out: Path) -> dict[str, Any]:
+    """The capacity file of a per-window search on the held-out realisations `reals`
+    (`python -m experiments.capacity --per-window` into `out`), its note saying so."""
+    command = [sys.executable, "-m", "experiments.capacity", f"experiment={study}",
+               *overrides, "--per-window", "--realizations", ",".join(map(str, reals)),
+               "--out", str(out)]
+    subprocess.run(command, cwd=ROOT, check=True)
+    data: dict[str, Any] = json.loads((out / "capacity.json").read_text())
+    data["note"] = (f"searched per window on the held-out windows themselves (python -m "
+                    f"experiments.capacity --per-window, realisations {_ids(reals)}): each "
+                    "window's own highest rate_scale with SLO attainment >= "
+                    f"{data['target']:g}, to {data['tolerance']:.0%}")
+    return data
+
+
+def _ids(reals: Sequence[int]) -> str:
+    return ",".join(map(str, reals))
+
+
 def _report_command(kind: str | None, sweep: Path, out: Path, setting: str) -> list[str] | None:
     if kind == "victim":
         return [sys.executable, "scripts/victim_report.py", str(sweep), str(out)]
@@ -166,12 +191,16 @@ def run(args: argparse.Namespace, overrides: list[str]) -> None:
     runs = ROOT / "results" / args.study / "runs" / f"holdout_{args.setting}"
     capacity = runs / "capacity.json"
     capacity.parent.mkdir(parents=True, exist_ok=True)
+    # the digest check runs either way: the held-out windows are compared with the study
     data = pinned_capacity(args.study, overrides,
                            ROOT / "results" / args.study / args.setting / "capacity.md")
+    if args.capacity == "per-window":
+        data = per_window_capacity(args.study, overrides, reals, runs / "capacity_search")
     capacity.write_text(json.dumps(data, indent=1) + "\n")
     (runs / "holdout.json").write_text(json.dumps(
         {"loads": args.loads, "realizations": reals, "realizations_arg": args.realizations,
-         "report": args.report, "overrides": overrides}, indent=1) + "\n")
+         "report": args.report, "capacity": args.capacity, "overrides": overrides},
+        indent=1) + "\n")
     sweep, report = runs / "sweep", runs / "report"
     for old in (sweep, report):  # a rerun starts afresh, as scripts/_study.sh does
         shutil.rmtree(old, ignore_errors=True)
@@ -208,11 +237,17 @@ def write_comparison(args: argparse.Namespace) -> Path:
     command = " ".join(["python scripts/holdout_check.py run", args.study, args.setting,
                         f"--loads {ran['loads']}", f"--realizations {ran['realizations_arg']}",
                         *([f"--report {ran['report']}"] if ran["report"] else []),
+                        *([f"--capacity {ran['capacity']}"]
+                          if ran.get("capacity", "committed") != "committed" else []),
                         *ran["overrides"]])
+    pinned = ("Their capacities are capacity.md's as it prints them, rounded to 4 decimals."
+              if ran.get("capacity", "committed") == "committed" else
+              "Their capacities are each held-out window's own (a job of window k at load L "
+              "ran at L x window k's capacity), while the committed points are at the "
+              "capacity pooled over the study's windows.")
     setting = " ".join(filter(None, [
         args.note, "The held-out jobs ran with logger=none (no W&B runs) and one joblib "
-        "worker; neither changes a number. Their capacities are capacity.md's as it prints "
-        "them, rounded to 4 decimals."]))
+        "worker; neither changes a number.", pinned]))
     text = holdout_markdown(rows, title=f"{args.study}/{args.setting}", setting=setting,
                             capacity=meta["note"],
                             realizations=ran["realizations"], command=command)
@@ -230,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--realizations", default="5-9")
     ap.add_argument("--report", choices=("victim", "recovery"), default=None)
     ap.add_argument("--note", default="", help="the setting in words, for holdout.md")
+    ap.add_argument("--capacity", choices=("committed", "per-window"), default="committed",
+                    help="the capacity the held-out loads are fractions of: the committed "
+                         "(pooled) one, or each held-out window's own, searched on it")
     args, overrides = ap.parse_known_args(argv)
     try:
         if args.action == "run":

@@ -10,7 +10,9 @@
 #   38 of 500 (5-9 used); Azure code, 8,819 records: 5 blocks of 1,700, none held out;
 #   Mooncake, 3,993 records: 13 blocks of 300 (5-9 used).
 # Raw runs: results/<study>/runs/holdout_<setting>/ (git-ignored). Extra arguments: none.
-# STUDIES (as scripts/reproduce_all.sh reads it, which runs this script last) limits the
+# HOLDOUT_CAPACITY=per-window puts each held-out load at that fraction of the held-out window's
+# own capacity, searched on it (scripts/holdout_check.py --capacity per-window); by default the
+# committed capacity. STUDIES (as scripts/reproduce_all.sh reads it, which runs this script last) limits the
 # checks to those studies' settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,8 @@ check() {  # STUDY SETTING "NOTE" [run arguments...]
     local study=$1 setting=$2 note=$3
     shift 3
     [[ " ${studies[*]} " == *" $study "* ]] || return 0
-    "$py" scripts/holdout_check.py run "$study" "$setting" "$@"
+    "$py" scripts/holdout_check.py run "$study" "$setting" "$@" \
+        ${HOLDOUT_CAPACITY:+--capacity "$HOLDOUT_CAPACITY"}
     local report=()
     for a in "$@"; do [[ $a == --report=* ]] && report=("$a"); done
     "$py" scripts/holdout_check.py compare "$study" "$setting" "${report[@]}" --note "$note"

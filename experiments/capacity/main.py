@@ -3,6 +3,7 @@ scheduler, the highest arrival rate at which SLO attainment stays at the target.
 
     python -m experiments.capacity workload.num_requests=200          # vLLM and SGLang
     python -m experiments.capacity scheduler=vllm --realizations 3 --tolerance 0.02
+    python -m experiments.capacity experiment=victim_choice --realizations 5-9 --per-window
     python -m experiments.run -m workload.load=0.5,0.7,0.9,1.1 \\
         workload.capacity_file=capacity/default/<date_time>/capacity.json
 
@@ -11,8 +12,12 @@ The overrides are those of `python -m experiments.run` (the same conf/, presets 
 each scheduler the workload's rate parameter (experiments/run/load.py `RATE_PARAMS`) is
 searched from the config's own value (`search.find_capacity`: x2 until a probe fails, then
 bisection to `--tolerance`), each probe run over `--realizations` realisations in this
-process (`probes.run_probe`). Writes `capacity.json` (the file `workload.capacity_file`
-reads) into `--out` and prints a table.
+process (`probes.run_probe`). With `--per-window`, the same search also runs once per
+realisation (trace window), over that realisation alone, and capacity.json holds each
+window's capacity beside the pooled one (`per_realization`), which a job of realisation k
+then runs against (experiments/run/load.py); the searches share their runs (`RunCache`).
+Writes `capacity.json` (the file `workload.capacity_file` reads) into `--out` and prints a
+table.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.capacity.probes import RULE, TARGET, Probe, run_probe
+from experiments.capacity.probes import RULE, TARGET, Probe, RunCache, run_probe
 from experiments.capacity.search import BracketError, find_capacity
 from experiments.results.sinks import write_text
 from experiments.run.load import (
@@ -49,8 +54,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Per scheduler, the highest arrival rate at which SLO attainment stays "
                     ">= the target (mean over realisations), by bracketing and bisection.")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for experiments.run")
-    p.add_argument("--realizations", type=int, default=3,
-                   help="realisations per probe: workload.realization=0..R-1 (default 3)")
+    p.add_argument("--realizations", default="3",
+                   help="realisations per probe: a count R (workload.realization=0..R-1, "
+                        "default 3), a range (5-9) or a list (5,7,8)")
+    p.add_argument("--per-window", action="store_true",
+                   help="also search each realisation's (trace window's) own capacity, "
+                        "written beside the pooled one; a job of realisation k then runs at "
+                        "load x window k's capacity")
     p.add_argument("--tolerance", type=float, default=0.02,
                    help="relative width of the final bracket (default 0.02)")
     p.add_argument("--target", type=float, default=TARGET,
@@ -60,6 +70,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-probes", action="store_true",
                    help="keep every probe's job folder under <out>/probes/")
     return p
+
+
+def realization_ids(text: str) -> list[int]:
+    """`--realizations`: a count R (0..R-1), a range `5-9` or a list `5,7`, as the
+    realisations, or a ConfigError naming the flag and the value."""
+    try:
+        if "-" in text:
+            lo, hi = (int(v) for v in text.split("-", 1))
+            ids = list(range(lo, hi + 1))
+        elif "," in text:
+            ids = [int(v) for v in text.split(",")]
+        else:
+            count = int(text)
+            if count < 1:
+                raise ConfigError(f"--realizations={text}: must be >= 1")
+            ids = list(range(count))
+    except ValueError:
+        raise ConfigError(f"--realizations={text!r}: give a count (5), a range (5-9) or a "
+                          "list (5,7,8)") from None
+    if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
+        raise ConfigError(f"--realizations={text!r}: needs distinct realisations >= 0")
+    return ids
 
 
 def _split(overrides: Sequence[str]) -> tuple[list[str] | None, list[str]]:
@@ -127,22 +159,22 @@ def _check_searchable(cfg: DictConfig) -> None:
                           "slo=default or slo.e2el=5000")
 
 
-def search_scheduler(cfg: DictConfig, param: str, realizations: int, tolerance: float,
-                     target: float, out: Path, keep: bool, log: Any = None
-                     ) -> dict[str, Any]:
-    """One scheduler's capacity entry of capacity.json (the search and every probe)."""
+def _search(cfg: DictConfig, param: str, ids: Sequence[int], tolerance: float,
+            target: float, out: Path, keep: bool, cache: RunCache, log: Any,
+            label: str) -> dict[str, Any]:
+    """One search over realisations `ids` (mean attainment over them, `RULE`): the capacity,
+    its requests/s, the final bracket (or a note when none was found) and every probe."""
     probes: list[Probe] = []
-    name = str(cfg.scheduler.name)
 
     def passes(rate: float) -> bool:
-        p = run_probe(cfg, param, rate, realizations, target, out / "probes" / name, keep)
+        p = run_probe(cfg, param, rate, ids, target, out, keep, cache)
         probes.append(p)
         if log is not None:
-            log(f"  {name}: workload.{param}={rate:.6g}: attainment {p.attainment:.3f} "
+            log(f"  {label}: workload.{param}={rate:.6g}: attainment {p.attainment:.3f} "
                 f"({'pass' if p.passed else 'fail'})")
         return p.passed
 
-    entry: dict[str, Any] = {"scheduler_config": scheduler_config(cfg)}
+    entry: dict[str, Any] = {}
     try:
         found = find_capacity(passes, _start_rate(cfg, param), tolerance,
                               low=MIN_RATE, high=MAX_RATE)
@@ -152,16 +184,39 @@ def search_scheduler(cfg: DictConfig, param: str, realizations: int, tolerance: 
         at = next(p for p in probes if p.rate == found.capacity)
         entry.update(capacity=found.capacity,
                      capacity_request_rate=at.offered_request_rate,
-                     bracket=[found.lo, found.hi])
+                     bracket=[found.lo, found.hi], attainment=at.attainment)
     entry["probes"] = [p.as_dict() for p in probes]
+    return entry
+
+
+def search_scheduler(cfg: DictConfig, param: str, realizations: int | Sequence[int],
+                     tolerance: float, target: float, out: Path, keep: bool,
+                     log: Any = None, per_window: bool = False) -> dict[str, Any]:
+    """One scheduler's capacity entry of capacity.json (the search and every probe); with
+    `per_window`, each realisation's own search under `per_realization` (keyed by the
+    realisation as text), the same bisection and tolerance over that realisation alone. The
+    searches share their runs: a (rate, realisation) the pooled search ran is not run again,
+    and `simulated_runs` counts the runs made."""
+    name = str(cfg.scheduler.name)
+    ids = list(range(realizations)) if isinstance(realizations, int) else list(realizations)
+    cache: RunCache = {}
+    folder = out / "probes" / name
+    pooled = _search(cfg, param, ids, tolerance, target, folder, keep, cache, log, name)
+    pooled.pop("attainment", None)  # the pooled entry keeps the fields it always had
+    entry: dict[str, Any] = {"scheduler_config": scheduler_config(cfg), **pooled}
+    if per_window:
+        entry["per_realization"] = {
+            str(k): _search(cfg, param, [k], tolerance, target, folder, keep, cache, log,
+                            f"{name} window {k}")
+            for k in ids}
+        entry["simulated_runs"] = len(cache)
     return entry
 
 
 def run(argv: Sequence[str], log: Any = print) -> tuple[Path, dict[str, Any]]:
     """Run the capacity search of a command line; returns capacity.json's path and data."""
     args = _parser().parse_args(list(argv))
-    if args.realizations < 1:
-        raise ConfigError(f"--realizations={args.realizations}: must be >= 1")
+    ids = realization_ids(str(args.realizations))
     if not (0 < args.tolerance < 1):
         raise ConfigError(f"--tolerance={args.tolerance}: must be in (0, 1)")
     if not (0 < args.target <= 1):
@@ -196,42 +251,98 @@ def run(argv: Sequence[str], log: Any = print) -> tuple[Path, dict[str, Any]]:
         "overrides": list(args.overrides),
         "rate_param": f"workload.{param}", "rate_value": start,
         "target": args.target, "rule": RULE, "tolerance": args.tolerance, "growth": 2.0,
-        "realizations": args.realizations, "seed": int(first.seed),
+        "realizations": len(ids), "realization_ids": ids,
+        "per_window": bool(args.per_window), "seed": int(first.seed),
         "config_digest": config_digest(config), "config": config, "schedulers": {},
     }
     log(f"capacity search: workload.{param} from {start:g}, SLO attainment >= "
-        f"{args.target:g} (mean over {args.realizations} realisation(s)), tolerance "
-        f"{args.tolerance:g}")
+        f"{args.target:g} (mean over realisation(s) {_ids_text(ids)}), tolerance "
+        f"{args.tolerance:g}{'; and per window' if args.per_window else ''}")
     # keyed by the scheduler's name, which a job's load looks up (`resolve_load`): a config
     # option such as sglang_optimistic runs, and is recorded as, the scheduler it names
     for name, cfg in by_name.items():
-        data["schedulers"][name] = search_scheduler(cfg, param, args.realizations,
-                                                    args.tolerance, args.target, out,
-                                                    args.keep_probes, log)
+        data["schedulers"][name] = search_scheduler(cfg, param, ids, args.tolerance,
+                                                    args.target, out, args.keep_probes,
+                                                    log, per_window=args.per_window)
     path = write_text(json.dumps(data, indent=1) + "\n", out / "capacity.json")
     return path, data
 
 
+def _ids_text(ids: Sequence[int]) -> str:
+    """Realisations as text: `0-4` for a run of consecutive ones, else `5,7,8`."""
+    ids = list(ids)
+    if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}-{ids[-1]}"
+    return ",".join(map(str, ids))
+
+
 def format_table(data: dict[str, Any]) -> str:
-    """capacity.json as a text table, one row per scheduler."""
+    """capacity.json as a text table, one row per scheduler; a per-window file adds a row
+    per scheduler and window, and each scheduler's spread over its windows."""
     from experiments.report.figures import SCHEDULER_NAMES
 
     param = str(data["rate_param"])
+    count = int(data["realizations"])
+    ids = list(data.get("realization_ids") or range(count))
+    which = "" if ids == list(range(count)) else f" ({_ids_text(ids)})"
     head = (f"{'scheduler':<12} {param:>24} {'req/s':>9} {'bracket':>21} {'probes':>7}")
     lines = [f"Capacity: the highest {param} with mean SLO attainment >= "
-             f"{data['target']:g} over {data['realizations']} realisation(s), to "
+             f"{data['target']:g} over {count} realisation(s){which}, to "
              f"{data['tolerance']:.0%}", head]
     for name, e in data["schedulers"].items():
         label = SCHEDULER_NAMES.get(name, name)
         if e["capacity"] is None:
             lines.append(f"{label:<12} none: {e.get('note')}")
             continue
-        req = e.get("capacity_request_rate")
-        lo, hi = e["bracket"]
-        lines.append(f"{label:<12} {e['capacity']:>24.4g} "
-                     f"{(f'{req:.3g}' if req is not None else 'n/a'):>9} "
-                     f"{f'[{lo:.4g}, {hi:.4g})':>21} {len(e['probes']):>7}")
+        lines.append(_row(label, e))
+    windows = {n: e["per_realization"] for n, e in data["schedulers"].items()
+               if e.get("per_realization")}
+    if windows:
+        lines += ["", f"Per window: each realisation's own search (SLO attainment >= "
+                      f"{data['target']:g} on that window alone, same bisection)",
+                  f"{'scheduler':<12} {'window':>6} {param:>24} {'req/s':>9} "
+                  f"{'attained':>8} {'bracket':>21} {'probes':>7}"]
+        for name, per in windows.items():
+            label = SCHEDULER_NAMES.get(name, name)
+            for k, w in per.items():
+                if w["capacity"] is None:
+                    lines.append(f"{label:<12} {k:>6} none: {w.get('note')}")
+                    continue
+                lo, hi = w["bracket"]
+                req = w.get("capacity_request_rate")
+                lines.append(f"{label:<12} {k:>6} {w['capacity']:>24.4g} "
+                             f"{(f'{req:.3g}' if req is not None else 'n/a'):>9} "
+                             f"{w['attainment']:>8.3f} {f'[{lo:.4g}, {hi:.4g})':>21} "
+                             f"{len(w['probes']):>7}")
+        lines += ["", "Spread over the windows (min - max; max / min):"]
+        for name, per in windows.items():
+            label = SCHEDULER_NAMES.get(name, name)
+            found = [float(w["capacity"]) for w in per.values() if w["capacity"] is not None]
+            if not found:
+                lines.append(f"{label:<12} no window has a capacity")
+                continue
+            spread = (f"{param} {min(found):.4g} - {max(found):.4g} "
+                      f"({max(found) / min(found):.2f}x)")
+            reqs = [float(w["capacity_request_rate"]) for w in per.values()
+                    if w.get("capacity_request_rate") is not None]
+            if reqs:
+                spread += (f"; req/s {min(reqs):.3g} - {max(reqs):.3g} "
+                           f"({max(reqs) / min(reqs):.2f}x)")
+            missing = len(per) - len(found)
+            lines.append(f"{label:<12} {spread}"
+                         + (f"; {missing} window(s) without one" if missing else "")
+                         + (f"; {data['schedulers'][name]['simulated_runs']} simulated "
+                            "runs in all" if "simulated_runs" in data["schedulers"][name]
+                            else ""))
     return "\n".join(lines)
+
+
+def _row(label: str, e: dict[str, Any]) -> str:
+    req = e.get("capacity_request_rate")
+    lo, hi = e["bracket"]
+    return (f"{label:<12} {e['capacity']:>24.4g} "
+            f"{(f'{req:.3g}' if req is not None else 'n/a'):>9} "
+            f"{f'[{lo:.4g}, {hi:.4g})':>21} {len(e['probes']):>7}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,6 +8,7 @@ import copy
 import math
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,37 +63,76 @@ def probe_config(cfg: DictConfig, param: str, rate: float, realization: int) -> 
     return job
 
 
-def run_probe(cfg: DictConfig, param: str, rate: float, realizations: int, target: float,
-              out: Path, keep: bool = False) -> Probe:
-    """Run `cfg` at `rate` for realisations 0 .. `realizations` - 1 into folders under
-    `out` (kept with `keep`, else removed once read) and judge it by `RULE`."""
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """One simulated run of a probe: realisation `realization` at `rate`, its SLO attainment
+    (0 when the job had none), offered requests/s and goodput, and its kept folder."""
+
+    realization: int
+    attainment: float
+    offered_request_rate: float | None
+    request_goodput: float | None
+    job: str | None = None
+
+
+# Runs already made, by (rate, realisation): a per-window search and the pooled one probe
+# many of the same points (the bracketing walks the same x2 grid from the same start).
+RunCache = dict[tuple[float, int], RunOutcome]
+
+
+def run_once(cfg: DictConfig, param: str, rate: float, realization: int, out: Path,
+             keep: bool = False) -> RunOutcome:
+    """Run `cfg` at `rate`, realisation `realization`, into a folder under `out` (kept with
+    `keep`, else removed once read)."""
     from experiments.run.main import run_experiment
 
-    values: list[float] = []
-    offered: list[float | None] = []
-    goodput: list[float | None] = []
-    jobs: list[str] = []
-    for k in range(realizations):
-        job = probe_config(cfg, param, rate, k)
-        if keep:
-            folder = out / f"rate_{rate:.6g}_r{k}"
-            folder.mkdir(parents=True, exist_ok=True)
-            jobs.append(str(folder))
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-            folder = Path(tempfile.mkdtemp(prefix=".probe-", dir=out))
-        try:
-            summary = run_experiment(job, folder, bar=False,
-                                     overrides=[f"workload.{param}={rate:.6g}",
-                                                f"workload.realization={k}"])
-        finally:
-            if not keep:
-                shutil.rmtree(folder, ignore_errors=True)
-        attained = summary.get("slo_attainment")
-        values.append(float(attained) if attained is not None else 0.0)
-        offered.append(summary.get("offered_request_rate"))
-        goodput.append(summary.get("request_goodput"))
+    job = probe_config(cfg, param, rate, realization)
+    if keep:
+        folder = out / f"rate_{rate:.6g}_r{realization}"
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=".probe-", dir=out))
+    try:
+        summary = run_experiment(job, folder, bar=False,
+                                 overrides=[f"workload.{param}={rate:.6g}",
+                                            f"workload.realization={realization}"])
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    attained = summary.get("slo_attainment")
+    return RunOutcome(realization=realization,
+                      attainment=float(attained) if attained is not None else 0.0,
+                      offered_request_rate=summary.get("offered_request_rate"),
+                      request_goodput=summary.get("request_goodput"),
+                      job=str(folder) if keep else None)
+
+
+def judge(rate: float, outcomes: Sequence[RunOutcome], target: float) -> Probe:
+    """The probe at `rate` made of `outcomes` (one per realisation), judged by `RULE`."""
+    values = [o.attainment for o in outcomes]
     mean = float(np.mean(values))
     return Probe(rate=float(rate), attainment=mean, ci=bootstrap_ci(values),
-                 per_realization=values, offered_request_rate=_mean(offered),
-                 request_goodput=_mean(goodput), passed=mean >= target, jobs=jobs)
+                 per_realization=values,
+                 offered_request_rate=_mean([o.offered_request_rate for o in outcomes]),
+                 request_goodput=_mean([o.request_goodput for o in outcomes]),
+                 passed=mean >= target, jobs=[o.job for o in outcomes if o.job])
+
+
+def run_probe(cfg: DictConfig, param: str, rate: float, realizations: int | Sequence[int],
+              target: float, out: Path, keep: bool = False,
+              cache: RunCache | None = None) -> Probe:
+    """Run `cfg` at `rate` for each of `realizations` (a count R: 0 .. R - 1) into folders
+    under `out` (kept with `keep`, else removed once read) and judge it by `RULE`. With a
+    `cache`, a (rate, realisation) already run is read from it, and new runs are added."""
+    ids = range(realizations) if isinstance(realizations, int) else realizations
+    outcomes: list[RunOutcome] = []
+    for k in ids:
+        key = (float(rate), int(k))
+        hit = cache.get(key) if cache is not None else None
+        if hit is None:
+            hit = run_once(cfg, param, rate, int(k), out, keep)
+            if cache is not None:
+                cache[key] = hit
+        outcomes.append(hit)
+    return judge(rate, outcomes, target)

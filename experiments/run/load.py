@@ -9,7 +9,11 @@ parameter = L x the capacity of its own scheduler (`resolve_load`), so a sweep o
 saturation. The file must have been made for this job's config (`capacity_config`: the
 workload but its rate, realisation and seed, the model, hardware, executor, KV pool, context
 length, admission limits, SLO targets, and the scheduler's own settings); anything else is a
-`ConfigError` naming the field and the value.
+`ConfigError` naming the field and the value. A file searched with `--per-window` also
+holds each realisation's (trace window's) own capacity (`per_realization`): a job of
+realisation k then runs at L x window k's capacity, the same distance from that window's
+saturation whatever the window (`capacity_for`), and a realisation the file has no window
+for is refused.
 
 This module holds the file's format (`CAPACITY_FORMAT`, `capacity_config`,
 `config_digest`), read here and written by experiments/capacity/.
@@ -27,6 +31,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.inputs.workloads.realization import check_realization
 from experiments.user_error import ConfigError
 
 CAPACITY_FORMAT = 1
@@ -119,10 +124,13 @@ class LoadResolution:
     rate: float
     capacity_file: str
     target: float | None = None
+    source: str = "pooled"
 
     def summary(self) -> dict[str, Any]:
-        """summary.json's load fields."""
+        """summary.json's load fields (`load_capacity_source`: `pooled`, the capacity over
+        the searched realisations together, or `window K`, realisation K's own)."""
         return {"load": self.load, "load_capacity": self.capacity,
+                "load_capacity_source": self.source,
                 "load_capacity_request_rate": self.capacity_request_rate,
                 "load_rate_param": f"workload.{self.param}", "load_rate": self.rate,
                 "load_capacity_file": self.capacity_file, "load_target": self.target}
@@ -196,16 +204,38 @@ def resolve_load(cfg: DictConfig) -> tuple[dict[str, Any], LoadResolution | None
                           f"{workload[param]!r} together: the load sets {param} (load x "
                           f"capacity); leave {param} at the searched config's {base!r}, or "
                           "drop workload.load")
-    capacity = entry.get("capacity")
+    chosen, source = capacity_for(entry, check_realization(workload.get("realization", 0)),
+                                  where, scheduler)
+    capacity = chosen.get("capacity")
     if capacity is None:
-        raise ConfigError(f"{where}: scheduler={scheduler} has no capacity "
-                          f"({entry.get('note') or 'the search found none'})")
+        raise ConfigError(f"{where}: scheduler={scheduler} has no capacity"
+                          f"{'' if source == 'pooled' else ' for ' + source} "
+                          f"({chosen.get('note') or 'the search found none'})")
     rate = load * float(capacity)
     workload[param] = rate
-    req_rate = entry.get("capacity_request_rate")
+    req_rate = chosen.get("capacity_request_rate")
     return workload, LoadResolution(load=load, capacity=float(capacity),
                                     capacity_request_rate=(float(req_rate) if req_rate
                                                            is not None else None),
                                     param=param, rate=rate, capacity_file=str(capacity_file),
                                     target=(float(data["target"]) if data.get("target")
-                                            is not None else None))
+                                            is not None else None), source=source)
+
+
+def capacity_for(entry: Mapping[str, Any], realization: int, where: str, scheduler: str
+                 ) -> tuple[Mapping[str, Any], str]:
+    """The capacity a job of `realization` runs against in a scheduler's `entry`: window
+    `realization`'s own when the file was searched per window (`per_realization`), else the
+    pooled one; with its source (`window K` or `pooled`). A per-window file without that
+    realisation is a ConfigError naming it and the windows the file has."""
+    windows = entry.get("per_realization")
+    if not windows:
+        return entry, "pooled"
+    window = windows.get(str(realization))
+    if window is None:
+        have = ", ".join(sorted(windows, key=int))
+        raise ConfigError(f"{where} holds per-window capacities for scheduler={scheduler} "
+                          f"of realisations {have}, not workload.realization={realization}: "
+                          "search that window too (python -m experiments.capacity "
+                          "--per-window --realizations ...), or run the realisations it has")
+    return window, f"window {realization}"

@@ -33,16 +33,7 @@ mkdir -p "$runs" "$out"
 "$py" -m experiments.capacity "experiment=$name" "$@" \
     --realizations "${CAPACITY_REALIZATIONS:-5}" --out "$runs/capacity" \
     ${CAPACITY_PER_WINDOW:+--per-window}
-"$py" - "$runs/capacity/capacity.json" "$out/capacity.md" "$title" <<'PY'
-import json, sys
-from experiments.capacity.main import format_table
-data = json.load(open(sys.argv[1]))
-cmd = " ".join(data["command"][3:])
-text = (f"# Capacity: {sys.argv[3]}\n\n```\n{format_table(data)}\n```\n\n"
-        f"Command: `python -m experiments.capacity {cmd}`. Rule: {data['rule']}. "
-        f"Config digest `{data['config_digest'][:16]}`.\n")
-open(sys.argv[2], "w").write(text)
-PY
+"$py" scripts/capacity_md.py "$runs/capacity/capacity.json" "$out/capacity.md" "$title"
 "$py" -m experiments.run -m "experiment=$name" "$@" logger=wandb "hydra.sweep.dir=$runs/sweep" \
     "workload.capacity_file=$runs/capacity/capacity.json" \
     hydra.callbacks.comparison.print_table=false ${SWEEP_LOADS:+"workload.load=$SWEEP_LOADS"}

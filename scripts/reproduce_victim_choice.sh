@@ -12,7 +12,9 @@
 #   a10   Llama-2-7B on an NVIDIA A10 24GB (the common cloud GPU of 7B serving),
 #         cost_model=fitted_roofline with the A40's fit (conf/hardware/a10.yaml: fit_from),
 #         16,320 KV slots: the tight setting in which SGLang retracts.
-# VICTIM_SETTINGS (default "main a10") runs a subset. Extra arguments are Hydra overrides of
+# Then the main setting's capacity per trace window, windows 0-9 (per_window_capacity.md:
+# how far apart the windows' own saturations are; one search, about 4 min on 2 shared cores).
+# VICTIM_SETTINGS (default "main a10 per_window") runs a subset. Extra arguments are Hydra overrides of
 # every setting. Results: results/victim_choice/<setting>/; raw runs:
 # results/victim_choice/runs/<setting>/ (git-ignored).
 set -euo pipefail
@@ -28,7 +30,7 @@ columns=num_preemptions,num_victims,recomputed_tokens,recomputed_token_share,med
 setting() {  # setting NAME "TITLE" [Hydra overrides of the setting...]
     local name=$1 title=$2
     shift 2
-    case " ${VICTIM_SETTINGS:-main a10} " in *" $name "*) ;; *) return 0 ;; esac
+    case " ${VICTIM_SETTINGS:-main a10 per_window} " in *" $name "*) ;; *) return 0 ;; esac
     scripts/_study.sh victim_choice "$name" "$title" "$columns" "$@" "${extra[@]}"
     "$py" scripts/victim_report.py "results/victim_choice/runs/$name/sweep" \
         "results/victim_choice/$name"
@@ -37,4 +39,12 @@ setting() {  # setting NAME "TITLE" [Hydra overrides of the setting...]
 extra=("$@")
 setting main "Q3: victim choice, main setting"
 setting a10 "Q3: victim choice, A10 24GB setting" hardware=a10 executor.cost_model=fitted_roofline
+case " ${VICTIM_SETTINGS:-main a10 per_window} " in
+*" per_window "*)
+    "$py" -m experiments.capacity experiment=victim_choice "${extra[@]}" --realizations 0-9 \
+        --per-window --out results/victim_choice/runs/per_window_capacity
+    "$py" scripts/capacity_md.py results/victim_choice/runs/per_window_capacity/capacity.json \
+        results/victim_choice/per_window_capacity.md \
+        "Q3's main setting, per trace window (Azure conv, 1,000-request windows 0-9)" ;;
+esac
 wall_time victim_choice "$start" "tables and figures in results/victim_choice/<setting>"

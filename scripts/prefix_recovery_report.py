@@ -220,6 +220,15 @@ def recompute_markdown(df: pd.DataFrame) -> str:
             "the windows). Evictions: vLLM preemptions, SGLang retractions.\n")
 
 
+def _capacity_text(windows: list[dict[str, Any]]) -> str:
+    """The capacity the windows' jobs ran against: the pooled one, or with a per-window
+    capacity file (summary.json `load_capacity_source`: `window k`) each window's, in
+    realisation order."""
+    if all(w.get("load_capacity_source", "pooled") == "pooled" for w in windows):
+        return f"{windows[0]['load_capacity']:.4g}"
+    return "per window: " + ", ".join(f"{w['load_capacity']:.4g}" for w in windows)
+
+
 def settings_table(setting: str, sweep: Path) -> pd.DataFrame:
     """One row per scheduler of a setting, as its jobs' summary.json say it: the model, GPU,
     step-time source, loop, batch limits, KV pool, context, the requests per window, the
@@ -253,7 +262,7 @@ def settings_table(setting: str, sweep: Path) -> pd.DataFrame:
                 for w in windows),
             "rejected as longer than the context per window": ", ".join(
                 str(w.get("rejected_too_long", 0)) for w in windows),
-            "capacity (rate_scale)": f"{first['load_capacity']:.4g}",
+            "capacity (rate_scale)": _capacity_text(windows),
             "loads (x capacity)": ", ".join(f"{x:g}" for x in sorted(
                 {float(j.summary["load"]) for j in mine})),
             "windows": len(windows),

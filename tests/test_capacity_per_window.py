@@ -202,3 +202,27 @@ def test_holdout_can_search_the_held_out_windows(tmp_path: Path,
                            "scheduler=vllm", "--per-window", "--realizations", "5,6,8",
                            "--out", str(tmp_path / "search")]
     assert "held-out windows themselves" in data["note"] and "5,6,8" in data["note"]
+
+
+def test_a_pooled_table_is_printed_as_before() -> None:
+    """A file without windows prints the table capacity.md has committed, byte for byte."""
+    committed = (Path(__file__).resolve().parent.parent
+                 / "results/victim_choice/main/capacity.md").read_text()
+    probe = {"offered_request_rate": 0.0}
+    data = {"rate_param": "workload.rate_scale", "target": 0.9, "realizations": 5,
+            "tolerance": 0.02, "schedulers": {
+                "vllm": {"capacity": 0.96875, "capacity_request_rate": 4.39,
+                         "bracket": [0.96875, 0.984375], "probes": [probe] * 7},
+                "sglang": {"capacity": 0.953125, "capacity_request_rate": 4.32,
+                           "bracket": [0.953125, 0.96875], "probes": [probe] * 7}}}
+    assert "```\n" + format_table(data) + "\n```" in committed
+
+
+def test_the_recovery_settings_name_per_window_capacities() -> None:
+    report = load_script("prefix_recovery_report")
+    pooled = [{"load_capacity": 1.5, "load_capacity_source": "pooled"},
+              {"load_capacity": 1.5}]
+    assert report._capacity_text(pooled) == "1.5"
+    windows = [{"load_capacity": 1.25, "load_capacity_source": "window 5"},
+               {"load_capacity": 0.90625, "load_capacity_source": "window 6"}]
+    assert report._capacity_text(windows) == "per window: 1.25, 0.9062"

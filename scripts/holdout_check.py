@@ -219,6 +219,16 @@ def run(args: argparse.Namespace, overrides: list[str]) -> None:
         subprocess.run(extra, cwd=ROOT, check=True)
 
 
+def capacity_sentence(kind: str | None) -> str:
+    """holdout.md's sentence on the capacities the held-out jobs ran at (`kind`: holdout.json
+    `capacity`; absent in a run from before the option: committed)."""
+    if kind in (None, "committed"):
+        return "Their capacities are capacity.md's as it prints them, rounded to 4 decimals."
+    return ("Their capacities are each held-out window's own (a job of window k at load L ran "
+            "at L x window k's capacity, searched on it), while the committed points are at "
+            "the capacity pooled over the study's windows.")
+
+
 def write_comparison(args: argparse.Namespace) -> Path:
     """results/STUDY/SETTING/holdout.md from the committed tables and the held-out report."""
     setting_dir = ROOT / "results" / args.study / args.setting
@@ -240,14 +250,9 @@ def write_comparison(args: argparse.Namespace) -> Path:
                         *([f"--capacity {ran['capacity']}"]
                           if ran.get("capacity", "committed") != "committed" else []),
                         *ran["overrides"]])
-    pinned = ("Their capacities are capacity.md's as it prints them, rounded to 4 decimals."
-              if ran.get("capacity", "committed") == "committed" else
-              "Their capacities are each held-out window's own (a job of window k at load L "
-              "ran at L x window k's capacity), while the committed points are at the "
-              "capacity pooled over the study's windows.")
     setting = " ".join(filter(None, [
         args.note, "The held-out jobs ran with logger=none (no W&B runs) and one joblib "
-        "worker; neither changes a number.", pinned]))
+        "worker; neither changes a number.", capacity_sentence(ran.get("capacity"))]))
     text = holdout_markdown(rows, title=f"{args.study}/{args.setting}", setting=setting,
                             capacity=meta["note"],
                             realizations=ran["realizations"], command=command)

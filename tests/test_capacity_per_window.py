@@ -226,3 +226,10 @@ def test_the_recovery_settings_name_per_window_capacities() -> None:
     windows = [{"load_capacity": 1.25, "load_capacity_source": "window 5"},
                {"load_capacity": 0.90625, "load_capacity_source": "window 6"}]
     assert report._capacity_text(windows) == "per window: 1.25, 0.9062"
+
+
+def test_holdout_md_says_which_capacity_the_held_out_jobs_ran_at() -> None:
+    holdout = load_script("holdout_check")
+    committed = holdout.capacity_sentence("committed")
+    assert holdout.capacity_sentence(None) == committed and "rounded to 4" in committed
+    assert "each held-out window's own" in holdout.capacity_sentence("per-window")

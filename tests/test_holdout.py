@@ -133,16 +133,17 @@ def test_the_held_out_run_uses_the_committed_capacity_of_the_committed_config(
     assert holdout.realizations("5,7") == [5, 7]
     with pytest.raises(ConfigError, match="--realizations"):
         holdout.realizations("five")
-    committed = Path(__file__).resolve().parent.parent / "results/victim_choice/main/capacity.md"
-    assert holdout.committed_capacity(committed) == (
-        {"vLLM": (0.9688, 4.39), "SGLang": (0.9531, 4.32)}, "6f6ed7b9174e9602")
-    # a capacity table as scripts/_study.sh writes it, for this host's composition of the
-    # setting (its digest includes workload.trace_dir, which depends on the environment)
     from experiments.capacity.main import compose
     from experiments.run.load import capacity_config, config_digest
 
+    # the committed capacity is that of this checkout's composition of the setting (the
+    # digest holds no machine path: workload.trace_dir is left out of it)
     digest = config_digest(capacity_config(compose(["experiment=victim_choice",
                                                     "scheduler=vllm"])))
+    committed = Path(__file__).resolve().parent.parent / "results/victim_choice/main/capacity.md"
+    assert holdout.committed_capacity(committed) == (
+        {"vLLM": (0.9688, 4.39), "SGLang": (0.9531, 4.32)}, digest[:16])
+    # a capacity table as scripts/_study.sh writes it
     md = tmp_path / "capacity.md"
     md.write_text("# Capacity: Q3\n\n```\nCapacity: ...\n"
                   "scheduler         workload.rate_scale     req/s               bracket  probes\n"

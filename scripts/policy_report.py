@@ -264,23 +264,31 @@ def _load_handles(scheds: Sequence[str], loads: Sequence[float], patch: bool) ->
 _ERR = {"elinewidth": 0.6, "capsize": 1.5, "ecolor": "0.2"}
 
 
+def _scheduler_mode_panels(frame: pd.DataFrame, n_rows: int
+                           ) -> tuple[list[tuple[str, str]], list[str], float, Any, Any]:
+    """The (scheduler, mode) columns that `frame` has rows for, the schedulers among them in
+    order, and a figure of `n_rows` rows by those columns (one column wide when there is one,
+    a page wide otherwise; rows share y, columns share x)."""
+    panels = [(s, m) for s in registry.names() for m in MODES
+              if len(frame[(frame["scheduler"] == s) & (frame["mode"] == m)])]
+    scheds = list(dict.fromkeys(s for s, _ in panels))
+    width = COLUMN_IN if len(panels) == 1 else PAGE_IN
+    fig, axes = plt.subplots(n_rows, len(panels), figsize=(width, 6.2), squeeze=False,
+                             sharey="row", sharex=True, layout="constrained")
+    return panels, scheds, width, fig, axes
+
+
 def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
     """Evictions, SLO attainment and p99 E2E latency against the policy, one column per
     scheduler and mode, one bar per load, with 95 % CIs over realisations (`policy_stats`)."""
     loads = sorted(stats["load"].unique())
-    panels = [(s, m) for s in registry.names() for m in MODES
-              if len(stats[(stats["scheduler"] == s) & (stats["mode"] == m)])]
-    scheds = list(dict.fromkeys(s for s, _ in panels))
     metrics = [("num_preemptions", "evictions per run", 1.0),
                ("slo_attainment", "SLO attainment (%)", 100.0),
                ("p99_e2el_ms", "p99 E2E latency (s)", 1e-3)]
     x = np.arange(len(POLICIES))
     w = 0.8 / max(len(loads), 1)
-    width = COLUMN_IN if len(panels) == 1 else PAGE_IN
     with style():
-        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(width, 6.2),
-                                 squeeze=False, sharey="row", sharex=True,
-                                 layout="constrained")
+        panels, scheds, width, fig, axes = _scheduler_mode_panels(stats, len(metrics))
         for c, (sched, mode) in enumerate(panels):
             g = stats[(stats["scheduler"] == sched) & (stats["mode"] == mode)]
             for r, (metric, label, scale) in enumerate(metrics):
@@ -351,19 +359,13 @@ def versus_figure(vs: pd.DataFrame, path: Path) -> Path:
     p99 E2E latency and evictions against the policy, one column per scheduler and mode,
     one marker per load, with 95 % CIs; a line at 0 (the default)."""
     loads = sorted(vs["load"].unique())
-    panels = [(s, m) for s in registry.names() for m in MODES
-              if len(vs[(vs["scheduler"] == s) & (vs["mode"] == m)])]
-    scheds = list(dict.fromkeys(s for s, _ in panels))
     metrics = [("slo_attainment", "SLO attainment, policy - default (points)", 100.0),
                ("p99_e2el_ms", "p99 E2E latency, policy - default (s)", 1e-3),
                ("num_preemptions", "evictions per run, policy - default", 1.0)]
     others = [p for p in POLICIES if p != "default"]
     x = np.arange(len(others))
-    width = COLUMN_IN if len(panels) == 1 else PAGE_IN
     with style():
-        fig, axes = plt.subplots(len(metrics), len(panels), figsize=(width, 6.2),
-                                 squeeze=False, sharey="row", sharex=True,
-                                 layout="constrained")
+        panels, scheds, width, fig, axes = _scheduler_mode_panels(vs, len(metrics))
         for c, (sched, mode) in enumerate(panels):
             for r, (metric, label, scale) in enumerate(metrics):
                 ax = axes[r][c]

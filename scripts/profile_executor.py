@@ -3,7 +3,7 @@
 
     python scripts/profile_executor.py [--model-path DIR] [--out conf/profiles/NAME.json]
         [--kernel torch] [--dtype float32] [--device cpu] [--threads 1] [--repeats 5]
-        [--validate-requests 40] [--grid default|small] [--timer wall|cpu|min_of_k]
+        [--validate-requests 40] [--grid default|small] [--timer wall|cpu|min_of_k|reference]
     python scripts/profile_executor.py --from-run RUN_DIR [RUN_DIR ...] --out PATH
         [--base-profile conf/profiles/NAME.json] [--padded-kv auto|on|off]
 
@@ -249,11 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--validate-requests", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--timer", default="wall", choices=("wall", "cpu", "min_of_k"),
-                    help="step time: wall clock, the process's CPU time (one thread), or the "
-                         "fastest of --timer-repeats passes (executor.timer)")
+    ap.add_argument("--timer", default="wall",
+                    choices=("wall", "cpu", "min_of_k", "reference"),
+                    help="step time: wall clock, the process's CPU time (one thread), the "
+                         "fastest of --timer-repeats passes, or that in the reference step's "
+                         "unit (executor.timer)")
     ap.add_argument("--timer-repeats", type=int, default=3,
-                    help="forward passes per step of --timer min_of_k")
+                    help="forward passes per step of --timer min_of_k and reference")
+    ap.add_argument("--timer-reference-s", type=float, default=None,
+                    help="--timer reference: the clock's unit (default: the reference step "
+                         "measured at start); the profile records it, so that real runs "
+                         "compared with the profile share it")
     ap.add_argument("--grid", default="default", choices=("default", "small"),
                     help="the step shapes measured (small: short chat workloads)")
     ap.add_argument("--from-run", nargs="+", default=None, metavar="RUN_DIR",
@@ -281,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         executor = RealExecutor.from_config(RealExecutorConfig(
             model_path=model_path, kernel=args.kernel, dtype=args.dtype, device=args.device,
             num_slots=80000, timer=args.timer,  # the largest grid step: 32 sequences of 2048
-            timer_repeats=args.timer_repeats))
+            timer_repeats=args.timer_repeats, timer_reference_s=args.timer_reference_s))
         config = json.loads((Path(model_path) / "config.json").read_text())
         measurements = measure(executor, args.repeats, args.grid)
         padded = any_padded(measurements)  # the default grid pads nothing
@@ -312,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         "grid": args.grid,
         "timer": args.timer,
         "timer_repeats": executor.timer.repeats,
+        **({"timer_reference_s": executor.timer.reference_s,
+            "timer_reference_source": executor.timer.reference_source}
+           if args.timer == "reference" else {}),
         "page_size": PAGE_SIZE,
         "features": [*FEATURES, PADDED_FEATURE] if padded else list(FEATURES),
         "fit": {"coefficients": model.describe(), "mape_pct_on_grid": round(fit_mape, 2)},

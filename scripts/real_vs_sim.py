@@ -238,6 +238,18 @@ def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
         _save(fig, fig_dir / "e2e_cdf.png", pdf=False)
 
 
+def reference_unit(profile: Path) -> float:
+    """The clock unit (`timer_reference_s`) of a profile measured with `--timer reference`:
+    real runs compared with it must read their steps in the same unit."""
+    data = json.loads(profile.read_text())
+    unit = data.get("timer_reference_s")
+    if data.get("timer") != "reference" or not unit:
+        raise SystemExit(f"real_vs_sim: --timer reference needs a --profile measured with "
+                         f"--timer reference (its timer_reference_s); {profile} has timer="
+                         f"{data.get('timer')!r}")
+    return float(unit)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "real_model")
@@ -254,11 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     ap.add_argument("--cost-model", default="profile_batch", choices=("profile", "profile_batch"))
-    ap.add_argument("--timer", default="cpu", choices=("wall", "cpu", "min_of_k"),
-                    help="the real executor's step time (cpu: steady on a shared machine; "
-                         "min_of_k: the fastest of --timer-repeats passes of each step)")
+    ap.add_argument("--timer", default="min_of_k",
+                    choices=("wall", "cpu", "min_of_k", "reference"),
+                    help="the real executor's step time (min_of_k, the executor's CPU "
+                         "default: the fastest of --timer-repeats CPU-time passes of each "
+                         "step; cpu: one pass; reference: min_of_k in the unit of a reference "
+                         "step timed beside each pass, the unit the --profile records)")
     ap.add_argument("--timer-repeats", type=int, default=3,
-                    help="forward passes per step of --timer min_of_k")
+                    help="forward passes per step of --timer min_of_k and reference")
     # Upstream's SGLang admits for a long run (the new-token ratio decays over 600 steps): at
     # this scale it would never retract. A lower conservativeness and a faster decay admit
     # more optimistically, so decode runs out of KV and retracts, as it does in long runs.
@@ -278,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     cost: Any = model_cls.from_profile(ROOT / args.profile)
     baseline: Any = (model_cls.from_profile(ROOT / args.baseline_profile)
                      if args.baseline_profile else None)
+    timer = [f"executor.timer={args.timer}", f"executor.timer_repeats={args.timer_repeats}"]
+    if args.timer == "reference":
+        timer.append(f"executor.timer_reference_s={reference_unit(ROOT / args.profile)!r}")
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
     shapes: dict[str, list[dict[str, Any]]] = {}
     errors: list[dict[str, Any]] = []
@@ -289,10 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             summary = json.loads((real_dir / "summary.json").read_text())
             rows = pd.read_parquet(real_dir / "step_shapes.parquet").to_dict("records")
         else:
-            summary, rows = run([*base, *extra, "executor=real",
-                                 f"executor.timer={args.timer}",
-                                 f"executor.timer_repeats={args.timer_repeats}"],
-                                real_dir, record=True)
+            summary, rows = run([*base, *extra, "executor=real", *timer], real_dir,
+                                record=True)
             pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
             req = pd.read_parquet(real_dir / "requests.parquet")
             lengths = {str(r): int(n) for r, n in zip(req["request_id"], req["output_len"],

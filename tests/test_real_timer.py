@@ -2,7 +2,7 @@
 clock"): `min_of_k` repeats a step's forward pass k times and keeps the fastest, which is
 harmless because recomputing the same positions writes the same KV values: the cache and the
 sampled tokens after k passes equal those after one, over a whole engine run with prefill
-chunks, decode and preemption; `auto` resolves to min_of_k on a CPU; a bad choice fails
+chunks, decode and preemption; `auto` resolves to reference on a CPU; a bad choice fails
 naming the field. No test asserts a time."""
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def test_bad_timer_choices_name_the_field(model: PagedDecoder) -> None:
             RealExecutor(model, kernel="torch", timer="min_of_k", timer_repeats=bad)  # type: ignore[arg-type]
 
 
-def test_auto_is_min_of_k_on_a_cpu_and_one_pass_on_a_gpu() -> None:
+def test_auto_is_reference_on_a_cpu_and_one_pass_on_a_gpu() -> None:
     cpu1 = resolve_timer("auto", 5, CPU, num_threads=1)
-    assert (cpu1.name, cpu1.repeats, cpu1.clock) == ("min_of_k", 5, "process_time")
+    assert (cpu1.name, cpu1.repeats, cpu1.clock) == ("reference", 5, "process_time")
     # process_time sums every thread's CPU seconds: with more threads, the wall clock.
     assert resolve_timer("min_of_k", 3, CPU, num_threads=4).clock == "perf_counter"
     gpu = resolve_timer("auto", 5, torch.device("cuda"))
@@ -180,6 +180,8 @@ def test_summary_records_the_timer_and_documents_it(tmp_path: Path) -> None:
         env={**os.environ, "CI": "true", "OMP_NUM_THREADS": "1"})
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["timer"], summary["timer_repeats"], summary["timer_clock"]) == (
-        "min_of_k", 2, "process_time")
+        "reference", 2, "process_time")
+    # the unit measured at start (no timer_reference_s given), recorded with its source
+    assert summary["timer_reference_s"] > 0 and summary["timer_reference_source"]
     doc = documented()
     assert not sorted(k for k in summary if k not in doc)

@@ -178,7 +178,7 @@ class RealExecutorSchema:
     """The real executor (engines/executors/real.py): a Hugging Face checkpoint folder run by
     our paged decoder. `kernel`: auto | torch | triton | flash_attn; `dtype` null: float32 on a
     CPU, bfloat16 on a GPU; `device` null: the GPU when there is one. `model_path` null: the
-    model group's `checkpoint` (e.g. model=smollm2_135m). `timer`: auto (min_of_k on a CPU,
+    model group's `checkpoint` (e.g. model=smollm2_135m). `timer`: auto (reference on a CPU,
     wall on a GPU) | wall | cpu (the process's CPU time, one torch thread) | min_of_k (each
     step's forward pass run `timer_repeats` times, the fastest kept: steady on a machine
     shared with other work) | reference (min_of_k scaled by a fixed reference step's time
@@ -196,7 +196,7 @@ class RealExecutorSchema:
     dtype: str | None = None
     device: str | None = None
     timer: str = "auto"
-    timer_repeats: int = ranged(3, low=1, high=100)
+    timer_repeats: int = ranged(2, low=1, high=100)
     timer_reference_s: float | None = ranged(None, low=0.0, low_open=True, high=3600.0)
     auto_kv_capacity_tokens: int = ranged(16384, low=1, high=1 << 40)
 

@@ -253,7 +253,7 @@ def reference_unit(profile: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "real_model")
-    ap.add_argument("--profile", default="conf/profiles/smollm2_135m_cpu.json")
+    ap.add_argument("--profile", default="conf/profiles/smollm2_135m_cpu_ref.json")
     ap.add_argument("--real-from", type=Path, default=None,
                     help="reuse the real runs of this earlier --out folder")
     ap.add_argument("--baseline-profile", default=None,
@@ -266,13 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     ap.add_argument("--cost-model", default="profile_batch", choices=("profile", "profile_batch"))
-    ap.add_argument("--timer", default="min_of_k",
+    ap.add_argument("--timer", default="reference",
                     choices=("wall", "cpu", "min_of_k", "reference"),
-                    help="the real executor's step time (min_of_k, the executor's CPU "
+                    help="the real executor's step time (reference, the executor's CPU "
                          "default: the fastest of --timer-repeats CPU-time passes of each "
-                         "step; cpu: one pass; reference: min_of_k in the unit of a reference "
-                         "step timed beside each pass, the unit the --profile records)")
-    ap.add_argument("--timer-repeats", type=int, default=3,
+                         "step in the unit of a reference step timed beside each pass, the "
+                         "unit the --profile records; min_of_k: no unit; cpu: one pass)")
+    ap.add_argument("--timer-repeats", type=int, default=2,
                     help="forward passes per step of --timer min_of_k and reference")
     # Upstream's SGLang admits for a long run (the new-token ratio decays over 600 steps): at
     # this scale it would never retract. A lower conservativeness and a faster decay admit

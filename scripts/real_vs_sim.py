@@ -302,10 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     for sched in args.schedulers:
         real_dir = out / "runs" / f"{sched}_real"
         extra = [f"scheduler={sched}", *(args.sglang if sched == "sglang" else [])]
+        rows: list[dict[str, Any]]
         if args.real_from is not None:
             real_dir = args.real_from / "runs" / f"{sched}_real"
             summary = json.loads((real_dir / "summary.json").read_text())
-            rows = pd.read_parquet(real_dir / "step_shapes.parquet").to_dict("records")
+            rows = [{str(k): v for k, v in r.items()} for r in
+                    pd.read_parquet(real_dir / "step_shapes.parquet").to_dict("records")]
         else:
             summary, rows = run([*base, *extra, "executor=real", *timer], real_dir,
                                 record=True)

@@ -42,7 +42,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -238,6 +238,21 @@ def figures(out: Path, shapes: dict[str, list[dict[str, Any]]], model: Any,
         _save(fig, fig_dir / "e2e_cdf.png", pdf=False)
 
 
+# Upstream's SGLang admits for a long run (the new-token ratio decays over 600 steps): at this
+# scale it would never retract. A lower conservativeness and a faster decay admit more
+# optimistically, so decode runs out of KV and retracts, as it does in long runs.
+SGLANG_OVERRIDES = ("scheduler.schedule_conservativeness=0.1",
+                    "scheduler.new_token_ratio_decay_steps=50")
+
+
+def study_overrides(num_requests: int = 32, rate: float = 2.0, max_tokens: int = 128,
+                    kv: int = 512, seed: int = 0) -> list[str]:
+    """The Hydra overrides of the study's workload, model and pool (both schedulers)."""
+    return [f"workload.num_requests={num_requests}", f"workload.request_rate={rate}",
+            f"workload.max_tokens={max_tokens}", f"kv_capacity_tokens={kv}", f"seed={seed}",
+            "model=smollm2_135m", "workload=smollm2_prompts", "progress=off"]
+
+
 def reference_unit(profile: Path) -> float:
     """The clock unit (`timer_reference_s`) of a profile measured with `--timer reference`:
     real runs compared with it must read their steps in the same unit."""
@@ -274,20 +289,13 @@ def main(argv: list[str] | None = None) -> int:
                          "unit the --profile records; min_of_k: no unit; cpu: one pass)")
     ap.add_argument("--timer-repeats", type=int, default=2,
                     help="forward passes per step of --timer min_of_k and reference")
-    # Upstream's SGLang admits for a long run (the new-token ratio decays over 600 steps): at
-    # this scale it would never retract. A lower conservativeness and a faster decay admit
-    # more optimistically, so decode runs out of KV and retracts, as it does in long runs.
-    ap.add_argument("--sglang", nargs="*", default=["scheduler.schedule_conservativeness=0.1",
-                                                    "scheduler.new_token_ratio_decay_steps=50"],
+    ap.add_argument("--sglang", nargs="*", default=list(SGLANG_OVERRIDES),
                     help="Hydra overrides for the SGLang runs only")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
     out: Path = args.out
-    base = [f"workload.num_requests={args.num_requests}", f"workload.request_rate={args.rate}",
-            f"workload.max_tokens={args.max_tokens}", f"kv_capacity_tokens={args.kv}",
-            f"seed={args.seed}", "model=smollm2_135m", "workload=smollm2_prompts",
-            "progress=off"]
+    base = study_overrides(args.num_requests, args.rate, args.max_tokens, args.kv, args.seed)
     model_cls: Any = (DecodeBatchCostModel if args.cost_model == "profile_batch"
                       else FittedCostModel)
     cost: Any = model_cls.from_profile(ROOT / args.profile)
@@ -306,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.real_from is not None:
             real_dir = args.real_from / "runs" / f"{sched}_real"
             summary = json.loads((real_dir / "summary.json").read_text())
-            rows = [{str(k): v for k, v in r.items()} for r in
-                    pd.read_parquet(real_dir / "step_shapes.parquet").to_dict("records")]
+            rows = cast(list[dict[str, Any]],
+                        pd.read_parquet(real_dir / "step_shapes.parquet").to_dict("records"))
         else:
             summary, rows = run([*base, *extra, "executor=real", *timer], real_dir,
                                 record=True)

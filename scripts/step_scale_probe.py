@@ -52,13 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.lengths.is_file():
         raise SystemExit(f"step_scale_probe: --lengths {args.lengths}: no such file")
     base = json.loads((ROOT / args.profile).read_text())
-    study = ["workload.num_requests=32", f"workload.request_rate={args.rate}",
-             "workload.max_tokens=128", "kv_capacity_tokens=512", "seed=0",
-             "model=smollm2_135m", "workload=smollm2_prompts", "progress=off",
-             f"scheduler={args.scheduler}"]
+    study = [*real_vs_sim.study_overrides(rate=args.rate), f"scheduler={args.scheduler}"]
     if args.scheduler == "sglang" and not overrides:
-        overrides = ["scheduler.schedule_conservativeness=0.1",
-                     "scheduler.new_token_ratio_decay_steps=50"]
+        overrides = list(real_vs_sim.SGLANG_OVERRIDES)
     print("| scale | evictions | throughput (req/s) | median TTFT (ms) | p99 E2E (ms) |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

@@ -84,5 +84,6 @@ for i in $(seq 1 "$repeats"); do
         --timer "$timer" --timer-repeats "$k" --out "$dir" "$@"
     folders+=("$dir")
 done
-"$py" scripts/real_repeats.py "${folders[@]}" --out "$out/repeats.md"
+"$py" scripts/real_repeats.py "${folders[@]}" --out "$out/repeats.md" \
+    --figure "$out/figures/repeats_cdf.png"
 wall_time real_model "$start" "tables and figures in $out"

@@ -98,6 +98,30 @@ def _repeats_main(argv: list[str]) -> Any:
     return load_script("real_repeats").main(argv)
 
 
+def test_repeats_figure_draws_the_real_runs_band_and_the_simulator(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    folders = []
+    for i in range(3):
+        f = tmp_path / f"run{i}"
+        for sched in ("vllm", "sglang"):
+            for kind in ("real", "sim"):
+                d = f / "runs" / f"{sched}_{kind}"
+                d.mkdir(parents=True)
+                arrival = rng.uniform(0, 1, 16)
+                first = arrival + rng.uniform(0.1, 2, 16)
+                pd.DataFrame({"arrival_time": arrival, "first_token_time": first,
+                              "finish_time": first + rng.uniform(1, 9, 16)}).to_parquet(
+                    d / "requests.parquet")
+        folders.append(f)
+    rep = load_script("real_repeats")
+    ms = rep.latencies_ms(folders[0] / "runs" / "vllm_real")
+    assert set(ms) == {"TTFT", "E2E"} and (ms["E2E"] > ms["TTFT"]).all()
+    png = rep.band_figure(folders, tmp_path / "figures" / "repeats_cdf.png")
+    assert png.is_file() and png.stat().st_size > 10_000
+    with pytest.raises(FileNotFoundError, match="no <scheduler>_real"):
+        rep.band_figure([tmp_path], tmp_path / "x.png")
+
+
 def test_repeats_compare_the_simulator_with_the_real_median(tmp_path: Path) -> None:
     folders = []
     for i, real in enumerate((1.0, 1.3, 0.9)):  # median 1.0; a sim of 1.05 is +5 %

@@ -59,8 +59,10 @@ class Request:
 
     `max_tokens` is the client's cap, visible to schedulers. `eos_output_len` is the output
     length at which the model will emit EOS; it comes from the workload and schedulers must
-    not read it (it exists for executors and metrics). `output_token_ids` grows as the
-    scheduler commits sampled tokens.
+    not read it (it exists for executors and metrics). `replay_token_ids`, when given, are the
+    output tokens a simulated executor samples, in order (a real run's, replayed, so that the
+    prefix caches see the tokens the real model produced); schedulers must not read it either.
+    `output_token_ids` grows as the scheduler commits sampled tokens.
     """
 
     request_id: str
@@ -72,6 +74,7 @@ class Request:
     eos_output_len: int | None = None
     eos_token_id: int | None = DEFAULT_EOS_TOKEN_ID
     output_token_ids: list[int] = field(default_factory=list)
+    replay_token_ids: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.eos_output_len is None:

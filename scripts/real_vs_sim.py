@@ -4,11 +4,13 @@
 For each scheduler: run the real-prompt workload with `executor=real model=smollm2_135m`
 (every step's shape and measured time recorded), then the same workload, pool and seed with
 `executor=sim executor.cost_model=profile_batch` (fitted to the profile of
-scripts/profile_executor.py for this model on this machine), each request's EOS at the length
-the real run produced. Writes under `--out`:
+scripts/profile_executor.py for this model on this machine), each request sampling the tokens
+the real run produced (`workload.output_tokens`: its EOS at the real length, and the prefix
+caches see the real outputs). Writes under `--out`:
 
     runs/<scheduler>_<real|sim>/    requests.parquet, steps.parquet, summary.json (+ step_shapes
-                                    .parquet and output_lengths.json for the real runs)
+                                    .parquet, output_lengths.json and output_tokens.json for
+                                    the real runs)
     step_error.csv                  per scheduler: median / p90 absolute percentage error of the
                                     profile's prediction over the real run's steps (all steps,
                                     decode-only steps, steps with prefill)
@@ -28,7 +30,7 @@ With `--baseline-profile` the simulator also runs with that profile (e.g. the gr
 beside an in-situ calibrated `--profile`) on the same real runs: comparison.md gains its
 columns, step_error.csv its rows (`profile` column), raw runs in runs/<scheduler>_sim_baseline.
 With `--real-from` the real runs are not run again: those of an earlier study's folder (its
-runs/<scheduler>_real: summary.json, step_shapes.parquet, output_lengths.json) are compared
+runs/<scheduler>_real: summary.json, step_shapes.parquet, requests.parquet) are compared
 with the simulator run now (e.g. with a profile calibrated later).
 """
 
@@ -253,6 +255,27 @@ def study_overrides(num_requests: int = 32, rate: float = 2.0, max_tokens: int =
             "model=smollm2_135m", "workload=smollm2_prompts", "progress=off"]
 
 
+def write_outputs(real_dir: Path) -> None:
+    """A real run's output_lengths.json ({request_id: length}) and output_tokens.json
+    ({request_id: [token ids]}, what the simulator replays) from its requests.parquet."""
+    req = pd.read_parquet(real_dir / "requests.parquet")
+    ids = [str(r) for r in req["request_id"]]
+    lengths = {r: int(n) for r, n in zip(ids, req["output_len"], strict=True)}
+    tokens = {r: [int(t) for t in toks]
+              for r, toks in zip(ids, req["output_token_ids"], strict=True)}
+    (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
+    (real_dir / "output_tokens.json").write_text(json.dumps(tokens) + "\n")
+
+
+def outputs_file(real_dir: Path) -> Path:
+    """The real run's output_tokens.json, written from its requests.parquet when an earlier
+    version of this script left only output_lengths.json."""
+    path = real_dir / "output_tokens.json"
+    if not path.is_file():
+        write_outputs(real_dir)
+    return path
+
+
 def reference_unit(profile: Path) -> float:
     """The clock unit (`timer_reference_s`) of a profile measured with `--timer reference`:
     real runs compared with it must read their steps in the same unit."""
@@ -320,11 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             summary, rows = run([*base, *extra, "executor=real", *timer], real_dir,
                                 record=True)
             pd.DataFrame(rows).to_parquet(real_dir / "step_shapes.parquet")
-            req = pd.read_parquet(real_dir / "requests.parquet")
-            lengths = {str(r): int(n) for r, n in zip(req["request_id"], req["output_len"],
-                                                      strict=True)}
-            (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0)
-                                                          + "\n")
+            write_outputs(real_dir)
         summaries[(sched, "real")] = summary
         shapes[sched] = rows
         for kind, prof, model in (("sim", args.profile, cost),
@@ -334,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             summaries[(sched, kind)], _ = run(
                 [*base, *extra, "executor=sim", f"executor.cost_model={args.cost_model}",
                  f"executor.profile={prof}",
-                 f"workload.output_lengths={real_dir / 'output_lengths.json'}"],
+                 f"workload.output_tokens={outputs_file(real_dir)}"],
                 out / "runs" / f"{sched}_{kind}")
             errors.append({"scheduler": sched, "profile": prof, **step_errors(rows, model)})
     err = pd.DataFrame(errors)

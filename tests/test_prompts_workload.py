@@ -108,6 +108,28 @@ def test_output_lengths_file_sets_each_eos(tmp_path: Path, checkpoint: Path) -> 
         build_workload({**cfg, "tokenizer": str(tmp_path)})
 
 
+def test_output_tokens_file_sets_each_eos_and_the_replayed_tokens(tmp_path: Path,
+                                                                  checkpoint: Path) -> None:
+    cfg = {"name": "prompts", "num_requests": 2, "request_rate": 1.0,
+           "tokenizer": str(checkpoint), "max_tokens": 20}
+    good = tmp_path / "tokens.json"
+    good.write_text(json.dumps({"r0": [5, 6, 2], "r1": list(range(30))}))
+    reqs = build_workload({**cfg, "output_tokens": str(good)})
+    assert [r.eos_output_len for r in reqs] == [3, 20]  # capped at max_tokens
+    assert reqs[0].replay_token_ids == [5, 6, 2] and reqs[1].replay_token_ids == list(range(30))
+    assert build_workload(cfg)[0].replay_token_ids is None
+    for data, msg in (({"r0": [1]}, r"output_tokens=.*no tokens for 'r1'"),
+                      ({"r0": [1], "r1": []}, r"output_tokens=.*'r1' must be a non-empty"),
+                      ({"r0": [1], "r1": [-1]}, r"'r1' must be a non-empty list of token ids"),
+                      ([1, 2], r"output_tokens=.*expected a JSON object")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match=msg):
+            build_workload({**cfg, "output_tokens": str(bad)})
+    with pytest.raises(ValueError, match=r"output_tokens.*not both"):
+        build_workload({**cfg, "output_tokens": str(good), "output_lengths": str(good)})
+
+
 def test_real_run_writes_output_text(tmp_path: Path, checkpoint: Path) -> None:
     out = tmp_path / "run"
     subprocess.run(

@@ -133,3 +133,34 @@ def test_bad_specs_name_the_field() -> None:
         HardwareSpec(name="h", peak_flops=0, memory_bandwidth=1, host_link_bandwidth=1)
     with pytest.raises(ValueError, match=r"flops_efficiency=1.5"):
         RooflineCostModel(TOY, SLOW_MEM, flops_efficiency=1.5)
+
+
+def test_replay_tokens_are_sampled_in_order_then_the_rule() -> None:
+    """A request with a real run's outputs samples them (execute, token_for and decode runs
+    alike), the EOS rule first, rule tokens past the list's end."""
+    from schedulers.contract import DecodeRun
+
+    eos = 2
+    req = Request("r3", [1] * 10, max_tokens=8, eos_output_len=6, eos_token_id=eos,
+                  replay_token_ids=[50, 51, 52, 53])
+    ex = registered(req)
+    assert ex.execute(plan(chunk("r3", 0, 10))).sampled_token_ids == {"r3": 50}  # after the prompt
+    assert [ex.token_for("r3", n) for n in range(10, 16)] == [
+        50, 51, 52, 53, rule_token(3, 14), eos]  # output 6 is the EOS
+    run = DecodeRun(["r3"], [11], max_steps=8, forward_mode="decode")
+    assert ex.decode_run_limit(run) == 5  # its 5th step samples output 6, the EOS
+    assert ex.decode_run_tokens(run, 5) == [[51, 52, 53, rule_token(3, 14), eos]]
+    assert ex.execute(plan(chunk("r3", 10, 1))).sampled_token_ids == {"r3": 51}
+    with pytest.raises(ValueError, match="inside the prompt of 10 tokens"):
+        ex.token_for("r3", 9)
+
+
+def test_a_replayed_eos_before_the_output_length_stops_a_decode_run() -> None:
+    from schedulers.contract import DecodeRun
+
+    req = Request("r0", [1] * 4, max_tokens=9, eos_output_len=9, eos_token_id=2,
+                  replay_token_ids=[7, 2, 7])
+    ex = registered(req)
+    run = DecodeRun(["r0"], [5], max_steps=6, forward_mode="decode")
+    assert ex.decode_run_limit(run) == 1  # after 5 tokens it samples replay[1] = EOS
+    assert ex.decode_run_tokens(run, 1) == [[2]]

@@ -6,7 +6,11 @@ index `i` when its sequence holds `p` tokens (prompt plus outputs so far, i.e.
 `3 + (i * 7919 + p * 104729) % 31000`, except that the token which brings the request's output
 to `eos_output_len` is the request's `eos_token_id` ("EOS at the request's output length";
 never when `eos_token_id` is None). The rule depends only on request
-and position, so a recomputation after preemption samples the same tokens.
+and position, so a recomputation after preemption samples the same tokens. A request with
+`replay_token_ids` (a real run's outputs) samples those instead, output number k the k-th,
+the rule beyond their end; the EOS at `eos_output_len` still comes first. Prefix caches then
+see the real model's tokens: two requests with the same prompt share their output blocks, as
+they do on the real executor.
 
 KV swapped between device and host (`plan.swap_out` / `plan.swap_in`) costs its bytes (tokens
 x the model's KV bytes per token) over the hardware's `host_link_bandwidth`, both directions
@@ -60,6 +64,22 @@ class _Registered:
     prompt_len: int
     eos_output_len: int
     eos_token_id: int | None
+    replay: list[int] | None = None  # the request's replay_token_ids
+
+
+def _replayed(reg: _Registered, seq_len: int, n: int) -> list[int]:
+    """The tokens sampled after sequence lengths `seq_len .. seq_len + n - 1` (at or past the
+    prompt) of a request with replay tokens, before the EOS rule: the replayed ones, then rule
+    tokens past their end."""
+    assert reg.replay is not None
+    k = seq_len - reg.prompt_len  # output number k + 1 is replay[k]
+    if k < 0:
+        raise ValueError(f"sim executor: a sample at sequence length {seq_len}, inside the "
+                         f"prompt of {reg.prompt_len} tokens")
+    toks = reg.replay[k:k + n]
+    if len(toks) < n:
+        toks += rule_tokens(reg.index, seq_len + len(toks), n - len(toks))
+    return toks
 
 
 class SimExecutor:
@@ -100,6 +120,8 @@ class SimExecutor:
             prompt_len=len(request.prompt_token_ids),
             eos_output_len=eos_len if eos_len is not None else request.max_tokens,
             eos_token_id=request.eos_token_id,
+            replay=(list(request.replay_token_ids) if request.replay_token_ids is not None
+                    else None),
         )
 
     def release(self, request_id: str) -> None:
@@ -115,6 +137,8 @@ class SimExecutor:
         # Sampling after `seq_len` tokens yields output number seq_len - prompt_len + 1.
         if r.eos_token_id is not None and seq_len - r.prompt_len + 1 == r.eos_output_len:
             return r.eos_token_id
+        if r.replay is not None:
+            return _replayed(r, seq_len, 1)[0]
         return rule_token(r.index, seq_len)
 
     def execute(self, plan: StepPlan) -> StepResult:
@@ -139,6 +163,8 @@ class SimExecutor:
                                    "registered")
                 if reg.eos_token_id is not None and e - reg.prompt_len + 1 == reg.eos_output_len:
                     sampled[c.request_id] = reg.eos_token_id
+                elif reg.replay is not None:
+                    sampled[c.request_id] = _replayed(reg, e, 1)[0]
                 else:
                     sampled[c.request_id] = 3 + (reg.index * 7919 + e * 104729) % 31000
         if not plan.chunks:
@@ -174,9 +200,11 @@ class SimExecutor:
             j_eos = reg.eos_output_len + reg.prompt_len - 1 - e
             if 0 <= j_eos < k:
                 k = j_eos + 1
-            if 3 <= eos < 31003:  # a rule token could equal it: look
+            if reg.replay is not None or 3 <= eos < 31003:  # a sampled token could equal it
+                toks = (_replayed(reg, e, k) if reg.replay is not None
+                        else rule_tokens(reg.index, e, k))
                 for j in range(k):
-                    if rule_token(reg.index, e + j) == eos:
+                    if toks[j] == eos:
                         k = j + 1
                         break
         return k
@@ -188,7 +216,8 @@ class SimExecutor:
         out: list[list[int]] = []
         for rid, e in zip(run.request_ids, run.seq_lens):
             reg = regs[rid]
-            toks = rule_tokens(reg.index, e, num_steps)
+            toks = (_replayed(reg, e, num_steps) if reg.replay is not None
+                    else rule_tokens(reg.index, e, num_steps))
             if (reg.eos_token_id is not None
                     and e + num_steps - 1 - reg.prompt_len + 1 == reg.eos_output_len):
                 toks[-1] = reg.eos_token_id

@@ -108,6 +108,9 @@ SHARED_MEANINGS: dict[str, str] = {
     "workload.output_column": "column of output lengths",
     "workload.output_lengths": "sim runs: a JSON file {request_id: output length}, each "
                                "request's EOS at that length (null: run to max_tokens)",
+    "workload.output_tokens": "sim runs: a JSON file {request_id: [token ids]} (a real run's "
+                              "outputs): each request's EOS at its list's length and the "
+                              "sim executor samples those tokens (null: rule tokens)",
     "scheduler.prefill_max_requests": "most requests admitted in one prefill batch (null: no "
                                       "limit)",
     ".dist": "fixed | uniform | lognormal | file",

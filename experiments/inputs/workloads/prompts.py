@@ -10,7 +10,10 @@ with `burstiness` != 1) at `request_rate`.
 The model decides when a request ends, which the simulated executor cannot know: for a sim run
 give `output_lengths`, a JSON file `{request_id: output length}` (e.g. written from a real run's
 requests.parquet by scripts/real_vs_sim.py), and each request's EOS comes at that length;
-without it a sim run's requests run to `max_tokens`.
+without it a sim run's requests run to `max_tokens`. `output_tokens` (a JSON file
+`{request_id: [token ids]}`, a real run's outputs) gives both at once: each request's EOS at
+its list's length, and the simulated executor samples the listed tokens, so prefix caches see
+what the real model produced (two requests with one prompt share their output blocks).
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class PromptsWorkload:
     asks: int = ranged(len(ASKS), low=1, high=len(ASKS))
     burstiness: float = ranged(1.0, low=0.01, high=100.0)
     output_lengths: str | None = None
+    output_tokens: str | None = None
     seed: int = ranged(0, low=0, high=INT64_MAX)
 
     def __post_init__(self) -> None:
@@ -92,6 +96,9 @@ class PromptsWorkload:
             raise bad("max_tokens", "must be at least 1")
         if not 1 <= self.asks <= len(ASKS):
             raise bad("asks", f"must be 1..{len(ASKS)}")
+        if self.output_lengths and self.output_tokens:
+            raise bad("output_tokens", "give output_lengths or output_tokens, not both "
+                      f"(output_lengths={self.output_lengths!r})")
 
 
 def prompt_texts(w: PromptsWorkload) -> list[tuple[str, str]]:
@@ -130,6 +137,32 @@ def read_output_lengths(path: str, num_requests: int) -> dict[str, int]:
     return out
 
 
+def read_output_tokens(path: str, num_requests: int) -> dict[str, list[int]]:
+    """`{request_id: [output token ids]}` from a JSON file; every request r0..r{n-1} must be
+    named, each with at least one token id >= 0."""
+    p = project_path(path)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"workload: output_tokens={path!r}: cannot read ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"workload: output_tokens={path!r}: expected a JSON object "
+                         "{request_id: [token ids]}")
+    missing = [f"r{i}" for i in range(num_requests) if f"r{i}" not in data]
+    if missing:
+        raise ValueError(f"workload: output_tokens={path!r}: no tokens for {missing[0]!r} "
+                         f"({len(missing)} request(s) missing)")
+    out: dict[str, list[int]] = {}
+    for rid, toks in data.items():
+        if (not isinstance(toks, list) or not toks
+                or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                           for t in toks)):
+            raise ValueError(f"workload: output_tokens={path!r}: {rid!r} must be a non-empty "
+                             f"list of token ids >= 0, got {str(toks)[:60]}")
+        out[str(rid)] = toks
+    return out
+
+
 def prompts_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> PromptsWorkload:
     """Build a `PromptsWorkload` from a config mapping (`name` is ignored)."""
     return parse_params(PromptsWorkload, cfg, seed)
@@ -143,8 +176,10 @@ def prompts_stream(w: PromptsWorkload) -> RequestStream:
     if tok.eos_token_id is None:
         raise ValueError(f"workload: tokenizer={w.tokenizer!r}: no eos_token_id")
     eos = int(tok.eos_token_id)
+    replay = (read_output_tokens(w.output_tokens, w.num_requests) if w.output_tokens
+              else None)
     lengths = (read_output_lengths(w.output_lengths, w.num_requests) if w.output_lengths
-               else None)
+               else {rid: len(t) for rid, t in replay.items()} if replay else None)
     prompts = [chat_prompt_ids(tok, text) for _, text in prompt_texts(w)]
     s_arr = np.random.SeedSequence(w.seed).spawn(2)[0]
     arrivals = arrival_times(np.random.default_rng(s_arr), w.num_requests, w.request_rate,
@@ -160,6 +195,7 @@ def prompts_stream(w: PromptsWorkload) -> RequestStream:
                 arrival_time=float(arrivals[i]),
                 eos_output_len=min(lengths[rid], w.max_tokens) if lengths else w.max_tokens,
                 eos_token_id=eos,
+                replay_token_ids=replay[rid] if replay else None,
             )
 
     return ordered_stream(w.num_requests, make, np.asarray(arrivals, dtype=np.float64))

@@ -23,7 +23,8 @@ caches see the real outputs). Writes under `--out`:
     study.json                      the settings, wall time and peak memory of this study
 
     python scripts/real_vs_sim.py [--out results/real_model] [--num-requests 32] [--rate 2]
-        [--max-tokens 128] [--kv 512] [--profile conf/profiles/smollm2_135m_cpu.json]
+        [--max-tokens 128] [--kv 512] [--token-budget N]
+        [--profile conf/profiles/smollm2_135m_cpu.json]
         [--baseline-profile PATH] [--real-from FOLDER]
 
 With `--baseline-profile` the simulator also runs with that profile (e.g. the grid profile,
@@ -247,6 +248,16 @@ SGLANG_OVERRIDES = ("scheduler.schedule_conservativeness=0.1",
                     "scheduler.new_token_ratio_decay_steps=50")
 
 
+def budget_overrides(sched: str, budget: int | None) -> list[str]:
+    """The scheduler's token budget of one step as Hydra overrides (None: its default): vLLM's
+    `max_num_batched_tokens`, SGLang's chunk and prefill-batch budgets."""
+    if budget is None:
+        return []
+    if sched == "vllm":
+        return [f"scheduler.max_num_batched_tokens={budget}"]
+    return [f"scheduler.chunked_prefill_size={budget}", f"scheduler.max_prefill_tokens={budget}"]
+
+
 def study_overrides(num_requests: int = 32, rate: float = 2.0, max_tokens: int = 128,
                     kv: int = 512, seed: int = 0) -> list[str]:
     """The Hydra overrides of the study's workload, model and pool (both schedulers)."""
@@ -302,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--kv", type=int, default=512, help="KV pool, token slots")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--token-budget", type=int, default=None,
+                    help="each scheduler's prefill token budget of one step (vLLM "
+                         "max_num_batched_tokens, SGLang chunked_prefill_size and "
+                         "max_prefill_tokens; default: theirs)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     ap.add_argument("--cost-model", default="profile_batch", choices=("profile", "profile_batch"))
     ap.add_argument("--timer", default="reference",
@@ -332,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[dict[str, Any]] = []
     for sched in args.schedulers:
         real_dir = out / "runs" / f"{sched}_real"
-        extra = [f"scheduler={sched}", *(args.sglang if sched == "sglang" else [])]
+        extra = [f"scheduler={sched}", *budget_overrides(sched, args.token_budget),
+                 *(args.sglang if sched == "sglang" else [])]
         rows: list[dict[str, Any]]
         if args.real_from is not None:
             real_dir = args.real_from / "runs" / f"{sched}_real"
@@ -407,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     study = {
         "command": "python scripts/real_vs_sim.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
-        "overrides": base, "sglang_overrides": args.sglang, "profile": args.profile,
+        "overrides": base, "token_budget": args.token_budget, "sglang_overrides": args.sglang,
+        "profile": args.profile,
         "baseline_profile": args.baseline_profile,
         "real_from": str(args.real_from) if args.real_from else None,
         "cost_model": args.cost_model, "timer": args.timer,

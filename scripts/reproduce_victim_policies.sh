@@ -89,7 +89,7 @@ target.write_text(json.dumps(data, indent=1) + "\n")
 PY
     then
         "$py" -m experiments.capacity experiment=victim_policies "${overrides[@]}" \
-            scheduler.victim_policy=default scheduler.preemption_mode=recompute \
+            "scheduler=$(IFS=,; echo "${schedulers[*]}")" scheduler.victim_policy=default scheduler.preemption_mode=recompute \
             --scheduler-free host_kv_capacity_tokens,preemption_mode,victim_policy \
             "${per_window[@]}" --out "$runs/capacity"
     fi

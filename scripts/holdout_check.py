@@ -256,14 +256,18 @@ def capacity_md(args: argparse.Namespace) -> Path:
     return ROOT / "results" / args.study / args.setting / "capacity.md"
 
 
-def capacity_sentence(kind: str | None) -> str:
+def capacity_sentence(kind: str | None, committed_per_window: bool = False) -> str:
     """holdout.md's sentence on the capacities the held-out jobs ran at (`kind`: holdout.json
-    `capacity`; absent in a run from before the option: committed)."""
+    `capacity`; absent in a run from before the option: committed) and, with per-window
+    held-out capacities, those the committed points ran at (`committed_per_window`: the
+    study searched each of its windows' own, its capacity.md lists them)."""
     if kind in (None, "committed"):
         return "Their capacities are capacity.md's as it prints them, rounded to 4 decimals."
     return ("Their capacities are each held-out window's own (a job of window k at load L ran "
-            "at L x window k's capacity, searched on it), while the committed points are at "
-            "the capacity pooled over the study's windows.")
+            "at L x window k's capacity, searched on it), "
+            + ("as the committed points ran at their windows' own." if committed_per_window
+               else "while the committed points are at the capacity pooled over the study's "
+                    "windows."))
 
 
 def write_comparison(args: argparse.Namespace) -> Path:
@@ -283,6 +287,8 @@ def write_comparison(args: argparse.Namespace) -> Path:
     loads = sorted(set(held["load"]))
     rows = compare(committed[committed["load"].isin(loads)], held, stats)
     meta = json.loads((report.parent / "capacity.json").read_text())
+    committed_md = (ROOT / ran["capacity_md"] if ran.get("capacity_md")
+                    else setting_dir / "capacity.md")
     command = " ".join(["python scripts/holdout_check.py run", args.study, args.setting,
                         f"--loads {ran['loads']}", f"--realizations {ran['realizations_arg']}",
                         *([f"--report {ran['report']}"] if ran["report"] else []),
@@ -295,7 +301,8 @@ def write_comparison(args: argparse.Namespace) -> Path:
                         *ran["overrides"]])
     setting = " ".join(filter(None, [
         args.note, "The held-out jobs ran with logger=none (no W&B runs) and one joblib "
-        "worker; neither changes a number.", capacity_sentence(ran.get("capacity"))]))
+        "worker; neither changes a number.", capacity_sentence(
+            ran.get("capacity"), "Per window:" in committed_md.read_text())]))
     text = holdout_markdown(rows, title=f"{args.study}/{args.setting}", setting=setting,
                             capacity=meta["note"],
                             realizations=ran["realizations"], command=command)

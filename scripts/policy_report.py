@@ -5,12 +5,15 @@
 
 reads `OUT/<PART>/comparison.csv` (written by `experiments.report` for each part's
 multirun, one per scheduler, which sweeps `scheduler.preemption_mode`,
-`scheduler.victim_policy`, `workload.rate_scale` and `workload.realization`), turns each
-run's `workload.rate_scale` into its load, a fraction of its scheduler's capacity in
-CAPACITY_JSON (`python -m experiments.capacity`, the default policy in recompute mode; a
-part that ran one rate: `--load`), and writes into OUT:
-- `runs.csv`: one row per run (scheduler, mode, load, policy, realisation) with the study's
-  metrics (`STUDY_METRICS`);
+`scheduler.victim_policy`, `workload.load` and `workload.realization`), takes each run's load
+(a fraction of its scheduler's capacity under the default policy in recompute mode, in
+CAPACITY_JSON, `python -m experiments.capacity`: the window's own for a file searched per
+window) from `workload.load`, or from `workload.rate_scale` over that capacity for a sweep of
+rates, or `--load` for a part that ran one load, and writes into OUT:
+- `runs.csv`: one row per run (scheduler, mode, load, policy, realisation) with the capacity
+  it ran against (`capacity`: its window's own, per window), the rate that load meant
+  (`rate_scale`) and the study's metrics (`STUDY_METRICS`);
+- `capacity.md`: per scheduler and window, the capacity and the rate each load meant;
 - `policies.csv` / `policies.md`: per scheduler, mode, load and policy, each metric's mean
   over the realisations with its 95 % bootstrap CI (`experiments.report.realizations`) and,
   for victims' statistics, the victims n;
@@ -33,6 +36,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,22 +93,85 @@ _RENAME = {"scheduler.preemption_mode": "mode", "scheduler.victim_policy": "poli
            REALIZATION: "realization"}
 
 
-def read_capacity(path: str | Path) -> dict[str, float]:
-    """Per scheduler, its capacity (the searched rate parameter's value) in a capacity.json."""
+@dataclass(frozen=True)
+class Capacity:
+    """A scheduler's capacity in a capacity.json: the pooled one, each window's own
+    (`windows`, realisation -> capacity; empty unless searched per window) and the same in
+    requests/s (None where the file has none)."""
+
+    pooled: float
+    windows: dict[int, float] = field(default_factory=dict)
+    request_rate: float | None = None
+    window_request_rates: dict[int, float | None] = field(default_factory=dict)
+
+    def of(self, realization: int) -> float:
+        """The capacity a run of `realization` ran against: its window's own when the file
+        has windows (a window it lacks is an error, as for a job), else the pooled one."""
+        if not self.windows:
+            return self.pooled
+        if realization not in self.windows:
+            raise ValueError(f"realisation {realization}: the capacity file has windows "
+                             f"{sorted(self.windows)} only")
+        return self.windows[realization]
+
+
+def read_capacity(path: str | Path) -> dict[str, Capacity]:
+    """Per scheduler, its capacity (the searched rate parameter's value) in a capacity.json,
+    with each window's own when it was searched per window (`per_realization`)."""
     data = json.loads(Path(path).read_text())
-    out = {name: e.get("capacity") for name, e in (data.get("schedulers") or {}).items()}
-    missing = [n for n, c in out.items() if c is None]
+    out: dict[str, Capacity] = {}
+    missing = []
+    for name, e in (data.get("schedulers") or {}).items():
+        if e.get("capacity") is None:
+            missing.append(name)
+            continue
+        per = e.get("per_realization") or {}
+        lost = [k for k, w in per.items() if w.get("capacity") is None]
+        if lost:
+            raise ValueError(f"{path}: no capacity for {name} in window(s) {', '.join(lost)}")
+        req = e.get("capacity_request_rate")
+        out[name] = Capacity(
+            float(e["capacity"]), {int(k): float(w["capacity"]) for k, w in per.items()},
+            None if req is None else float(req),
+            {int(k): (None if w.get("capacity_request_rate") is None
+                      else float(w["capacity_request_rate"])) for k, w in per.items()})
     if missing:
         raise ValueError(f"{path}: no capacity for {', '.join(missing)}")
-    return {n: float(c) for n, c in out.items()}
+    return out
 
 
-def load_runs(out: Path, parts: Sequence[str], capacity: dict[str, float],
+def capacity_table(runs: pd.DataFrame, capacity: dict[str, Capacity]) -> str:
+    """capacity.md: per scheduler and window the runs used, the capacity they ran against
+    (rate_scale and requests/s) and the rate_scale of each load."""
+    loads = sorted(runs["load"].unique())
+    rows = []
+    for sched in dict.fromkeys(runs["scheduler"]):
+        cap = capacity[sched]
+        for k in sorted(set(runs.loc[runs["scheduler"] == sched, "realization"])):
+            k = int(k)
+            rate = cap.of(k)
+            req = cap.window_request_rates.get(k) if cap.windows else cap.request_rate
+            row = {"scheduler": SCHEDULER_NAMES.get(sched, sched),
+                   "window": k if cap.windows else f"{k} (pooled)",
+                   "capacity (rate_scale)": f"{rate:.4g}",
+                   "capacity (req/s)": "n/a" if req is None else f"{req:.3g}"}
+            row.update({f"rate_scale at load {load:g}": f"{load * rate:.4g}"
+                        for load in loads})
+            rows.append(row)
+    return ("# Victim policies: the capacity each run's load is a fraction of\n\n"
+            "The capacity of the scheduler under its default policy in recompute mode "
+            "(every policy and mode ran at the same arrivals); with per-window capacities, "
+            "each window's own (a run of window k at load L ran at L x window k's "
+            "capacity).\n\n" + markdown(pd.DataFrame(rows)) + "\n")
+
+
+def load_runs(out: Path, parts: Sequence[str], capacity: dict[str, Capacity],
               load: float | None = None) -> pd.DataFrame:
     """One row per run of every part's comparison.csv: `KEYS`, the realisation, the status,
-    then `STUDY_METRICS`; `load` = the run's `workload.rate_scale` over its scheduler's
-    capacity, rounded to 0.01, or `load` itself for a part whose sweep did not vary the
-    rate (one load: comparison.csv has no `workload.rate_scale` column)."""
+    the capacity it ran against and its rate_scale, then `STUDY_METRICS`; `load` = the run's
+    `workload.load`, else its `workload.rate_scale` over its scheduler's capacity (its
+    window's, per window) rounded to 0.01, else `load` itself for a part whose sweep did not
+    vary the load (comparison.csv has neither column)."""
     frames = []
     for part in parts:
         df = pd.read_csv(out / part / "comparison.csv").rename(columns=_RENAME)
@@ -114,14 +181,22 @@ def load_runs(out: Path, parts: Sequence[str], capacity: dict[str, float],
         unknown = sorted(set(df["scheduler"]) - set(capacity))
         if unknown:
             raise ValueError(f"{part}: no capacity for scheduler(s) {', '.join(unknown)}")
-        if "workload.rate_scale" in df:
-            df["load"] = [round(float(r) / capacity[s], 2) for r, s in
-                          zip(df["workload.rate_scale"], df["scheduler"], strict=True)]
+        df["capacity"] = [capacity[s].of(int(k))
+                          for s, k in zip(df["scheduler"], df["realization"], strict=True)]
+        if "workload.load" in df:
+            df["load"] = df["workload.load"].astype(float)
+        elif "workload.rate_scale" in df:
+            df["load"] = [round(float(r) / c, 2) for r, c in
+                          zip(df["workload.rate_scale"], df["capacity"], strict=True)]
         elif load is not None:
             df["load"] = float(load)
         else:
-            raise ValueError(f"{part}/comparison.csv has no workload.rate_scale column (its "
-                             "sweep ran one rate): give that rate's load with --load")
+            raise ValueError(f"{part}/comparison.csv has no workload.load or "
+                             "workload.rate_scale column (its sweep ran one load): give that "
+                             "load with --load")
+        df["rate_scale"] = (df["workload.rate_scale"].astype(float)
+                            if "workload.rate_scale" in df and "workload.load" not in df
+                            else df["load"] * df["capacity"])
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     order = {p: i for i, p in enumerate(POLICIES)}
@@ -130,7 +205,8 @@ def load_runs(out: Path, parts: Sequence[str], capacity: dict[str, float],
     df["_s"] = df["scheduler"].map({"vllm": 0, "sglang": 1}).fillna(2)
     df = df.sort_values(["_s", "_m", "load", "_p", "realization"]).drop(
         columns=["_p", "_m", "_s"])
-    cols = [*KEYS, "realization", "status", *[m for m in STUDY_METRICS if m in df]]
+    cols = [*KEYS, "realization", "status", "capacity", "rate_scale",
+            *[m for m in STUDY_METRICS if m in df]]
     return df[cols].reset_index(drop=True)
 
 
@@ -400,17 +476,21 @@ def write_policy_report(out: str | Path, parts: Sequence[str], capacity_file: st
     """Write the study's summary tables and figures into `out` (see the module docstring);
     `load`: the load of parts that ran one rate (`load_runs`)."""
     root = Path(out)
-    runs = load_runs(root, parts, read_capacity(capacity_file), load)
+    capacity = read_capacity(capacity_file)
+    runs = load_runs(root, parts, capacity, load)
     stats = policy_stats(runs)
     vs = versus_default(runs)
     n_real = int(stats["n_realizations"].max()) if len(stats) else 0
     head = (f"# Victim policies: {len(runs)} runs, {len(stats)} configs x {n_real} "
             "realisations\n\nload: the run's arrival rate (workload.rate_scale) over its "
-            "scheduler's capacity under the default policy in recompute mode.\n\n")
+            "scheduler's capacity under the default policy in recompute mode"
+            + (", its window's own (per window: capacity.md)" if any(
+                c.windows for c in capacity.values()) else " (capacity.md)") + ".\n\n")
     shares = ("shares (evicted, recomputed, SLO attainment, swap time) in %, differences "
               "in percentage points; latencies in ms; goodput in req/s")
     paths = {
         "runs.csv": write_text(runs.to_csv(index=False), root / "runs.csv"),
+        "capacity.md": write_text(capacity_table(runs, capacity), root / "capacity.md"),
         "policies.csv": write_text(stats.to_csv(index=False), root / "policies.csv"),
         "policies.md": write_text(head + markdown(policies_table(stats)) + "\n" + CI_NOTE
                                   + "; " + shares + ".\n", root / "policies.md"),
@@ -436,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--capacity", required=True,
                     help="capacity.json of the default policy in recompute mode")
     ap.add_argument("--load", type=float, default=None,
-                    help="the load of parts whose sweep ran one rate (x capacity)")
+                    help="the load of parts whose sweep ran one load (x capacity)")
     ap.add_argument("--no-figures", action="store_true")
     args = ap.parse_args(argv)
     paths = write_policy_report(args.out, args.parts, args.capacity, not args.no_figures,

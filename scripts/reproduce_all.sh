@@ -35,8 +35,8 @@ for s in "${studies[@]}"; do
     fi
     times+=("$s: $((SECONDS - t0)) s")
 done
-# the held-out windows of Q1-Q3 (results/<study>/<setting>/holdout.md), against the
-# statistics just rewritten and at the capacities just searched
+# the held-out windows of the studies run (results/<study>/<setting>/holdout.md), against the
+# statistics just rewritten, each held-out window at its own capacity (searched on it)
 t0=$SECONDS
 echo "=== holdout_check.sh"
 STUDIES="${studies[*]}" scripts/holdout_check.sh

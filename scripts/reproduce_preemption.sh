@@ -3,7 +3,8 @@
 # (vLLM) and retractions (SGLang) happen, how much prefill is recomputed, and what do victims
 # pay in end-to-end latency? (conf/experiment/preemption.yaml; results/preemption/README.md)
 # Three settings of the preset, each a capacity search and a sweep of loads (fractions of
-# each scheduler's own capacity) over 5 disjoint trace windows (scripts/_study.sh):
+# each window's own capacity, per scheduler) over 5 disjoint trace windows spread over the
+# trace (scripts/_study.sh; the preset's `realizations`):
 #   conv       the main setting: upstream's defaults (Llama-2-7B, A100-80GB, measured step
 #              times, vLLM async scheduling, SGLang's overlap loop), Azure 2023 conv, at
 #              0.75x-1.5x (0.5x, the slowest to simulate, left out for time);
@@ -11,7 +12,7 @@
 #              event_loop_normal), against their own capacity, at the two loads past
 #              capacity (1.25, 1.5: where the main setting evicts most; fewer for time);
 #   code       the Azure 2023 code trace (short outputs: the contrast), 0.5x-1.5x, blocks of 1,700
-#              requests (the trace's 8,819 hold five);
+#              requests (the trace's 8,819 hold five: windows 0-4, all used, none held out);
 # then loops/: conv against conv_sync (python -m experiments.report A B, ratio CIs).
 # Results: results/preemption/<setting>/ and results/preemption/loops/; raw runs under
 # results/preemption/runs/ (git ignores them). Extra arguments are Hydra overrides given to
@@ -32,7 +33,8 @@ SWEEP_LOADS=1.25,1.5 scripts/_study.sh preemption conv_sync \
     "Q1 main, synchronous loops: Azure conv, Llama-2-7B on A100-80GB" \
     "$columns" scheduler=vllm_sync,sglang_sync "$@"
 scripts/_study.sh preemption code "Q1 contrast: Azure code (short outputs), Llama-2-7B on A100-80GB" \
-    "$columns" workload=azure_code workload.max_requests=1700 "$@"
+    "$columns" workload=azure_code workload.max_requests=1700 'realizations=[0,1,2,3,4]' \
+    'holdout_realizations=[]' "$@"
 rm -rf "$out/loops"
 "$py" -m experiments.report "$out/runs/conv/sweep" "$out/runs/conv_sync/sweep" \
     --out "$out/loops" --labels pipelined,sync

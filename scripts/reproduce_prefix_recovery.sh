@@ -3,12 +3,14 @@
 # does the prefix cache still hold (SGLang: its radix tree, for a retracted request)? Two
 # settings of conf/experiment/prefix_recovery.yaml on the main setting (the project's
 # defaults), each a capacity search and a load sweep (scripts/_study.sh):
-#   mooncake   the Mooncake synthetic trace (shared prefixes), blocks of 300 requests,
-#              prompts clipped to 3,584 tokens (the preset);
+#   mooncake   the Mooncake synthetic trace (shared prefixes), blocks of 300 requests
+#              (windows 0,3,6,9,12 of its 13: the preset), prompts clipped to 3,584 tokens;
 #   mooncake_noshare the same with every prompt its own tokens (workload.share_prefixes=false),
 #              vLLM only (SGLang retracts nothing on Mooncake: see the README);
-#   azure_conv the decode-heavy Azure 2023 conv trace, blocks of 500 requests, prompts over
-#              the 4,096-token context dropped.
+#   azure_conv the decode-heavy Azure 2023 conv trace, blocks of 500 requests (windows
+#              0,9,18,27,36 of its 38; 4,13,22,31 held out), prompts over the 4,096-token
+#              context dropped.
+# Each window runs at its own capacity (per-window search: scripts/_study.sh).
 # Then scripts/prefix_recovery_report.py writes the per-readmission recovery (distribution,
 # CDF figure) and the recompute share's spread across windows. Results: results/prefix_recovery/.
 set -euo pipefail
@@ -23,7 +25,7 @@ scripts/_study.sh prefix_recovery mooncake_noshare \
     workload.share_prefixes=false scheduler=vllm
 scripts/_study.sh prefix_recovery azure_conv "Q2: prefix recovery on resume, Azure conv" \
     "$columns" workload=azure_conv workload.max_requests=500 workload.max_input_len=4096 \
-    workload.long_inputs=drop
+    workload.long_inputs=drop 'realizations=[0,9,18,27,36]' 'holdout_realizations=[4,13,22,31]'
 "$py" scripts/prefix_recovery_report.py results/prefix_recovery \
     mooncake=results/prefix_recovery/runs/mooncake/sweep \
     mooncake_noshare=results/prefix_recovery/runs/mooncake_noshare/sweep \

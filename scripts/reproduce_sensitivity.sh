@@ -3,8 +3,8 @@
 # request, recomputed share of prefill, victims' against the others' E2E latency, SLO capacity)
 # hold across two models x two GPUs and across KV block (vLLM) / page (SGLang) size 16 vs 1?
 # Preset: conf/experiment/sensitivity.yaml (Azure 2023 conv, windows of 300 requests, loads
-# 0.75-1.5 x each scheduler's own capacity, 5 realisations). One capacity search and load
-# sweep per setting (scripts/_study.sh):
+# 0.75-1.5 x each scheduler's own capacity per window, 5 realisations: windows 0,15,30,45,60
+# of the trace's 64). One capacity search and load sweep per setting (scripts/_study.sh):
 #   a100_llama2_7b         the main setting: Llama-2-7B, A100-80GB, cost_model=measured
 #   a100_llama2_7b_fitted  the same with the roofline fitted to the A100 measurements
 #   a100_llama3_8b, h100_llama2_7b, h100_llama3_8b

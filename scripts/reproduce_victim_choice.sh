@@ -3,8 +3,9 @@
 # longest prompt: under which loads do they differ most in evictions, recomputed tokens and
 # what the victims pay? Preset: conf/experiment/victim_choice.yaml (the project's defaults,
 # Azure 2023 conv trace in 1,000-request windows, real output lengths with EOS not ignored).
-# Two settings, each through scripts/_study.sh (each scheduler's capacity over 5
-# realisations, then loads 0.5-3 x capacity over 5 realisations) and scripts/victim_report.py
+# Two settings, each through scripts/_study.sh (each scheduler's capacity on the preset's 5
+# windows, 0,4,8,12,16 of the trace's 19, pooled and per window, then loads 0.5-3 x each
+# window's own capacity over those windows) and scripts/victim_report.py
 # (recompute per eviction, the E2E parts of victims and others) and
 # scripts/victim_contrast.py (the two choices side by side per load, paired by window):
 #   main  Llama-2-7B on an A100-80GB, cost_model=measured (124,688 KV slots: SGLang hardly

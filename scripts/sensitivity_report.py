@@ -12,7 +12,8 @@ and writes into the study folder:
   statistics as every study's aggregated.md) and, for a victim statistic, the victims it
   rests on;
 - `summary.md`: one table per statistic (a row per setting, a column per scheduler and load,
-  `mean [lo, hi]` and `n=` victims), and the capacity of every setting;
+  `mean [lo, hi]` and `n=` victims), and the capacity of every setting, pooled and, for a
+  search per window, each window's own with the rate each load meant there;
 - `sensitivity_vs_load.png/.pdf`: the headline statistics against load, one line per
   setting, a row per scheduler; `capacity_by_setting.png/.pdf`: the capacities.
 Everything written is a function of those inputs (no dates, no paths), so a rerun rewrites
@@ -148,6 +149,34 @@ def capacity_rows(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
     return rows
 
 
+def window_capacity_rows(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
+                         loads: list[float]) -> list[list[str]]:
+    """Per setting, scheduler and window of a per-window search: the window's own capacity
+    (rate_scale, req/s) and the rate_scale each load meant in it (load x that capacity)."""
+    rows = []
+    for s, _agg, cap in settings:
+        for sched, entry in cap["schedulers"].items():
+            for k, w in sorted((entry.get("per_realization") or {}).items(),
+                               key=lambda kv: int(kv[0])):
+                value, req = w.get("capacity"), w.get("capacity_request_rate")
+                rows.append([s.label, SCHEDULER_LABELS.get(sched, sched), str(k),
+                             "n/a" if value is None else f"{value:.4g}",
+                             "n/a" if req is None else f"{req:.2f}",
+                             *("n/a" if value is None else f"{load * value:.4g}"
+                               for load in loads)])
+    return rows
+
+
+def _windows_text(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]) -> str:
+    """The windows the capacities were searched on, as the capacity files record them."""
+    found = {tuple(cap.get("realization_ids") or range(int(cap.get("realizations") or 0)))
+             for _s, _agg, cap in settings}
+    if len(found) == 1 and all(found):
+        (ids,) = found
+        return f"windows {', '.join(map(str, ids))}"
+    return "each setting's windows"
+
+
 def first_summaries(study: Path, setting: Setting) -> dict[str, dict[str, Any]]:
     """Per scheduler, the summary.json of the setting's first job (the lowest job number):
     what every job of the setting shares (timing source, loop, limits, pool, context)."""
@@ -198,11 +227,16 @@ def window_rows(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
 def write_markdown(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
                    jobs: dict[str, pd.DataFrame]) -> None:
     loads = sorted({float(x) for _, agg, _ in settings for x in agg[LOAD]})
+    per_window = any(e.get("per_realization") for _s, _a, cap in settings
+                     for e in cap["schedulers"].values())
     out = ["# Sensitivity of Q1: the headline statistics in every setting", "",
            "Each setting's own tables (aggregated.md, by_scheduler.md, victims_*.csv) and "
            "figures are in its folder; this summary is written by "
            "`python scripts/sensitivity_report.py results/sensitivity`. Loads are fractions of "
-           "each scheduler's own capacity in that setting (table at the end).", "",
+           "each scheduler's own capacity in that setting"
+           + (", window by window (a job of window k at load L ran at L x window k's own "
+              "capacity; tables at the end)." if per_window else " (table at the end)."),
+           "",
            f"{CI_NOTE}.", ""]
     header = ["setting"] + [f"{SCHEDULER_LABELS[s]} {load:g}x" for s in SCHEDULERS
                             for load in loads]
@@ -225,9 +259,15 @@ def write_markdown(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict
                                 "dropped (prompt over max_input_len)"],
                                window_rows(settings, jobs)), ""]
     out += ["## Capacity (the highest workload.rate_scale with mean SLO attainment >= 0.9 over "
-            "5 windows)", "",
+            f"{_windows_text(settings)})", "",
             markdown_table(["setting", "scheduler", "rate_scale", "req/s", "bracket", "probes"],
                            capacity_rows(settings)), ""]
+    if per_window:
+        out += ["## Capacity per window (each window's own search, SLO attainment >= 0.9 on "
+                "that window alone) and the rate_scale of each load there", "",
+                markdown_table(["setting", "scheduler", "window", "rate_scale", "req/s",
+                                *(f"at {load:g}x" for load in loads)],
+                               window_capacity_rows(settings, loads)), ""]
     (study / "summary.md").write_text("\n".join(out))
 
 

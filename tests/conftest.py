@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -115,9 +116,12 @@ def run_like_steps(rng: Any) -> list[tuple[list[tuple[int, int]], bool]]:
 
 
 def load_script(name: str) -> ModuleType:
-    """scripts/<name>.py as a module (scripts/ is not a package)."""
+    """scripts/<name>.py as a module (scripts/ is not a package), registered in sys.modules
+    under its name while it runs, as an import would (a dataclass defined in it looks its
+    module up there)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod

@@ -233,3 +233,6 @@ def test_holdout_md_says_which_capacity_the_held_out_jobs_ran_at() -> None:
     committed = holdout.capacity_sentence("committed")
     assert holdout.capacity_sentence(None) == committed and "rounded to 4" in committed
     assert "each held-out window's own" in holdout.capacity_sentence("per-window")
+    assert "pooled" in holdout.capacity_sentence("per-window")
+    both = holdout.capacity_sentence("per-window", committed_per_window=True)
+    assert "as the committed points ran at their windows' own" in both

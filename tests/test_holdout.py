@@ -7,7 +7,9 @@ only."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -161,3 +163,99 @@ def test_the_held_out_run_uses_the_committed_capacity_of_the_committed_config(
     assert resolved is not None and workload["rate_scale"] == pytest.approx(1.25 * 0.9688)
     with pytest.raises(ConfigError, match="config digest"):
         holdout.pinned_capacity("victim_choice", ["workload.max_requests=500"], md)
+
+
+# --- the held-out windows of the presets, at their own capacities ----------------------------
+
+
+def test_the_held_out_windows_are_the_presets_own() -> None:
+    holdout = load_script("holdout_check")
+    assert holdout.held_out_windows("victim_choice", []) == [2, 6, 10, 14, 18]
+    assert holdout.held_out_windows("victim_policies", ["scheduler=vllm"]) == [2, 6, 10, 14, 18]
+    assert holdout.held_out_windows("sensitivity", []) == [7, 22, 37, 52]
+    conv = ["workload=azure_conv", "workload.max_requests=500",
+            "realizations=[0,9,18,27,36]", "holdout_realizations=[4,13,22,31]"]
+    assert holdout.held_out_windows("prefix_recovery", conv) == [4, 13, 22, 31]
+    with pytest.raises(ConfigError, match="holds no window out"):
+        holdout.held_out_windows("preemption", ["holdout_realizations=[]"])
+
+
+def fake_holdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[list[str]]]:
+    """holdout_check with its checkout at `tmp_path` (the committed capacity tables copied
+    there) and its commands recorded, not run (a capacity search writes an empty file)."""
+    holdout = load_script("holdout_check")
+    root = Path(__file__).resolve().parent.parent
+    for study, setting in (("victim_choice", "main"), ("sensitivity", "a100_llama2_7b")):
+        (tmp_path / "results" / study / setting).mkdir(parents=True)
+        shutil.copy2(root / "results" / study / setting / "capacity.md",
+                     tmp_path / "results" / study / setting / "capacity.md")
+    ran: list[list[str]] = []
+
+    def fake_run(command: list[str], **_kw: Any) -> None:
+        ran.append([str(c) for c in command])
+        if "--out" in command and "experiments.capacity" in command:
+            out = Path(command[command.index("--out") + 1])
+            out.mkdir(parents=True)
+            (out / "capacity.json").write_text(json.dumps(
+                {"target": 0.9, "tolerance": 0.02, "schedulers": {}}))
+
+    monkeypatch.setattr(holdout, "ROOT", tmp_path)
+    monkeypatch.setattr(holdout.subprocess, "run", fake_run)
+    return holdout, ran
+
+
+def test_the_held_out_run_searches_each_held_out_window_by_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    holdout, ran = fake_holdout(tmp_path, monkeypatch)
+    free = "host_kv_capacity_tokens,preemption_mode,victim_policy"
+    assert holdout.main(["run", "victim_policies", "vllm", "--loads", "1.25", "scheduler=vllm",
+                         "--capacity-md", "results/victim_choice/main/capacity.md",
+                         "--scheduler-free", free]) == 0
+    search, sweep = ran[0], ran[1]
+    assert search[1:4] == ["-m", "experiments.capacity", "experiment=victim_policies"]
+    assert "--per-window" in search and "2,6,10,14,18" in search
+    assert search[search.index("--scheduler-free") + 1] == free
+    assert "workload.realization=2,6,10,14,18" in sweep and "workload.load=1.25" in sweep
+    runs = tmp_path / "results" / "victim_policies" / "runs" / "holdout_vllm"
+    meta = json.loads((runs / "holdout.json").read_text())
+    assert meta["capacity"] == "per-window" and meta["realizations"] == [2, 6, 10, 14, 18]
+    # HOLDOUT_CAPACITY=committed: no search, the committed capacity, marked free
+    ran.clear()
+    assert holdout.main(["run", "victim_policies", "vllm", "--loads", "1.25", "scheduler=vllm",
+                         "--capacity-md", "results/victim_choice/main/capacity.md",
+                         "--scheduler-free", free, "--capacity", "committed"]) == 0
+    assert not any("experiments.capacity" in c for c in ran)
+    pinned = json.loads((runs / "capacity.json").read_text())
+    assert pinned["schedulers"]["vllm"]["scheduler_free"] == free.split(",")
+    assert pinned["schedulers"]["vllm"]["capacity"] == 0.9688
+
+
+def test_the_script_checks_every_study_at_its_held_out_windows() -> None:
+    text = (Path(__file__).resolve().parent.parent / "scripts" / "holdout_check.sh").read_text()
+    for study in ("preemption", "prefix_recovery", "victim_choice", "victim_policies",
+                  "sensitivity"):
+        assert f"\ncheck {study} " in text, study
+    assert "--realizations" not in text  # the presets' holdout_realizations
+    assert '${HOLDOUT_CAPACITY:+--capacity "$HOLDOUT_CAPACITY"}' in text
+
+
+def test_policies_and_modes_are_compared_row_by_row(tmp_path: Path) -> None:
+    def side(evictions: dict[str, float]) -> pd.DataFrame:
+        return pd.DataFrame([
+            {"scheduler.preemption_mode": "recompute", "scheduler.victim_policy": p,
+             "scheduler": "vllm", "num_preemptions": v, "num_preemptions_ci_lo": v - 5,
+             "num_preemptions_ci_hi": v + 5} for p, v in evictions.items()])
+
+    folder = tmp_path / "one_load"
+    folder.mkdir()
+    side({"default": 100.0, "most_kv": 50.0}).to_csv(folder / "aggregated.csv", index=False)
+    with pytest.raises(ValueError, match="one load"):
+        read_report(folder)
+    committed = read_report(folder, 1.25)
+    held = side({"default": 102.0, "most_kv": 80.0}).assign(load=1.25)
+    rows = compare(committed, held, SWEEP_STATS)
+    assert [(r.case, r.inside) for r in rows] == [("recompute, default", True),
+                                                 ("recompute, most_kv", False)]
+    text = holdout_markdown(rows, "victim_policies/vllm", "", "per window", [2, 6])
+    assert "| load | mode, policy | statistic |" in text
+    assert "| 1.25 | recompute, most_kv | evictions per window |" in text

@@ -1,7 +1,8 @@
 """The victim-policy study (scripts/reproduce_victim_policies.sh) in miniature: its preset
-sweeps policy x preemption mode x scheduler x load x realisation on a trace, and its reports
-(the sweep's tables with the swap columns, then scripts/policy_report.py with loads as
-fractions of a capacity file) run end to end."""
+sweeps policy x preemption mode x scheduler x load x realisation on a trace, every policy and
+mode at load x the default policy's capacity in its window (a capacity file marked
+`scheduler_free`), and its reports (the sweep's tables with the swap columns, then
+scripts/policy_report.py with each window's capacity and rate) run end to end."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from experiments.capacity.main import compose
 from experiments.report.tables import write_report
+from experiments.run.load import (
+    CAPACITY_FORMAT,
+    CAPACITY_KIND,
+    capacity_config,
+    resolve_load,
+    scheduler_config,
+)
+from experiments.user_error import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = Path(os.environ.get("SCHEDBENCH_TRACE_DIR")
@@ -22,15 +33,56 @@ TRACES = Path(os.environ.get("SCHEDBENCH_TRACE_DIR")
 CONV = TRACES / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
+FREE = ["host_kv_capacity_tokens", "preemption_mode", "victim_policy"]
+TINY = ["experiment=victim_policies", "workload.max_requests=12", "realizations=[0,4]"]
+# made-up per-window capacities (rate_scale) of the default policy in recompute mode
+WINDOWS = {"vllm": {0: 2.0, 4: 4.0}, "sglang": {0: 1.0, 4: 3.0}}
+
+
+def capacity_file(path: Path, free: list[str] | None = FREE) -> Path:
+    """A capacity file for the tiny study's config (as `python -m experiments.capacity
+    experiment=victim_policies --per-window --scheduler-free ...` writes one), each
+    scheduler's capacity per window from `WINDOWS`, marked free of `free`."""
+    data: dict[str, Any] = {"kind": CAPACITY_KIND, "format": CAPACITY_FORMAT,
+                            "rate_param": "workload.rate_scale", "rate_value": 1.0,
+                            "target": 0.9, "realizations": 2, "realization_ids": [0, 4],
+                            "per_window": True, "schedulers": {}}
+    for sched, windows in WINDOWS.items():
+        cfg = compose([*TINY, f"scheduler={sched}"])
+        data["config"] = capacity_config(cfg)
+        data["schedulers"][sched] = {
+            "scheduler_config": scheduler_config(cfg), "capacity": min(windows.values()),
+            "capacity_request_rate": None,
+            **({"scheduler_free": free} if free else {}),
+            "per_realization": {str(k): {"capacity": c, "capacity_request_rate": 2 * c}
+                                for k, c in windows.items()}}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_every_policy_runs_at_the_default_policys_capacity_only_when_free(
+        tmp_path: Path) -> None:
+    job = [*TINY, "scheduler=vllm", "scheduler.victim_policy=most_kv",
+           "scheduler.preemption_mode=swap", "workload.load=1.5", "workload.realization=4"]
+    free = capacity_file(tmp_path / "free.json")
+    workload, res = resolve_load(compose([*job, f"workload.capacity_file={free}"]))
+    assert res is not None and res.source == "window 4"
+    assert workload["rate_scale"] == pytest.approx(1.5 * 4.0)
+    strict = capacity_file(tmp_path / "strict.json", free=None)
+    with pytest.raises(ConfigError, match=r"made for another config: scheduler\.preemption_mode"):
+        resolve_load(compose([*job, f"workload.capacity_file={strict}"]))
+
+
 @pytest.mark.skipif(not CONV.is_file(), reason=f"{CONV} absent")
 def test_tiny_victim_policy_study_runs_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "victim_policies"
     sweep = out / "runs" / "both"
+    capacity = capacity_file(tmp_path / "capacity.json")
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.run", "-m", "experiment=victim_policies",
+        [sys.executable, "-m", "experiments.run", "-m", *TINY,
          f"hydra.sweep.dir={sweep}", "hydra.launcher.n_jobs=2",
          "hydra.callbacks.comparison.figures=false", "hydra.callbacks.comparison.print_table=false",
-         "workload.max_requests=12", "workload.rate_scale=2,4", "repeats=2",
+         "workload.load=1,2", f"workload.capacity_file={capacity}",
          "scheduler.victim_policy=default,most_kv"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "CI": "true", "SCHEDBENCH_TRACE_DIR": str(TRACES)})
@@ -41,16 +93,19 @@ def test_tiny_victim_policy_study_runs_end_to_end(tmp_path: Path) -> None:
     write_report(sweep, out / "both", figures=False, columns=columns)
     with open(out / "both" / "comparison.csv") as f:
         rows = list(csv.DictReader(f))
-    # 2 schedulers x 2 modes x 2 policies x 2 rates x 2 realisations, a host pool in swap mode
+    # 2 schedulers x 2 modes x 2 policies x 2 loads x 2 realisations, a host pool in swap mode
     assert len(rows) == 32 and all(r["status"] == "ok" for r in rows)
     assert {(r["scheduler"], r["scheduler.preemption_mode"], r["scheduler.victim_policy"])
             for r in rows} == {(s, m, p) for s in ("vllm", "sglang")
                                for m in ("recompute", "swap") for p in ("default", "most_kv")}
     assert all(int(r["num_swap_out"]) == 0 for r in rows
                if r["scheduler.preemption_mode"] == "recompute")
-    capacity = tmp_path / "capacity.json"  # made-up capacities: loads 0.5 / 1 and 1 / 2
-    capacity.write_text(json.dumps({"schedulers": {"vllm": {"capacity": 4.0},
-                                                   "sglang": {"capacity": 2.0}}}))
+    # each job at load x its window's capacity (summary.json)
+    for summary in sweep.glob("*/summary.json"):
+        s = json.loads(summary.read_text())
+        k = int(s["realization"])
+        assert s["load_capacity_source"] == f"window {k}"
+        assert s["load_rate"] == pytest.approx(s["load"] * WINDOWS[s["scheduler"]][k])
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "policy_report.py"), str(out),
                            "both", "--capacity", str(capacity)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
@@ -59,7 +114,13 @@ def test_tiny_victim_policy_study_runs_end_to_end(tmp_path: Path) -> None:
         runs = list(csv.DictReader(f))
     assert len(runs) == 32
     assert {(r["scheduler"], float(r["load"])) for r in runs} == {
-        ("vllm", 0.5), ("vllm", 1.0), ("sglang", 1.0), ("sglang", 2.0)}
+        (s, load) for s in ("vllm", "sglang") for load in (1.0, 2.0)}
+    for r in runs:  # the window's own capacity and the rate the load meant there
+        cap = WINDOWS[r["scheduler"]][int(r["realization"])]
+        assert float(r["capacity"]) == cap
+        assert float(r["rate_scale"]) == pytest.approx(float(r["load"]) * cap)
+    table = (out / "capacity.md").read_text()
+    assert "| vLLM | 4 | 4 | 8 | 4 | 8 |" in table  # window 4: capacity, req/s, at 1x, 2x
     with open(out / "policies.csv") as f:
         stats = list(csv.DictReader(f))
     assert len(stats) == 16 and {r["n_realizations"] for r in stats} == {"2"}

@@ -3,6 +3,7 @@ scheduler, the highest arrival rate at which SLO attainment stays at the target.
 
     python -m experiments.capacity workload.num_requests=200          # vLLM and SGLang
     python -m experiments.capacity scheduler=vllm --realizations 3 --tolerance 0.02
+    python -m experiments.capacity experiment=victim_choice --per-window   # its listed windows
     python -m experiments.capacity experiment=victim_choice --realizations 5-9 --per-window
     python -m experiments.run -m workload.load=0.5,0.7,0.9,1.1 \\
         workload.capacity_file=capacity/default/<date_time>/capacity.json
@@ -11,13 +12,18 @@ The overrides are those of `python -m experiments.run` (the same conf/, presets 
 `scheduler=a,b` picks the schedulers (default: those a multirun of the config sweeps). For
 each scheduler the workload's rate parameter (experiments/run/load.py `RATE_PARAMS`) is
 searched from the config's own value (`search.find_capacity`: x2 until a probe fails, then
-bisection to `--tolerance`), each probe run over `--realizations` realisations in this
-process (`probes.run_probe`). With `--per-window`, the same search also runs once per
-realisation (trace window), over that realisation alone, and capacity.json holds each
-window's capacity beside the pooled one (`per_realization`), which a job of realisation k
-then runs against (experiments/run/load.py); the searches share their runs (`RunCache`).
-Writes `capacity.json` (the file `workload.capacity_file` reads) into `--out` and prints a
-table.
+bisection to `--tolerance`), each probe run over the realisations in this process
+(`probes.run_probe`): `--realizations`, else those a multirun of the config sweeps (a study
+preset's `realizations` list, or `range(repeats)` for repeats > 1: experiments/run/
+realizations.py), so a study's capacity is searched on the windows its sweep runs, else 0-2.
+With `--per-window`, the same search also runs once per realisation (trace window), over
+that realisation alone, and capacity.json holds each window's capacity beside the pooled one
+(`per_realization`), which a job of realisation k then runs against (experiments/run/
+load.py); the searches share their runs (`RunCache`).
+`--scheduler-free KEY,...` records scheduler settings the capacity holds for whatever their
+value (`scheduler_free`: a job that differs only in them runs against it; the victim-policy
+study runs every policy and mode at the default policy's capacity). Writes `capacity.json`
+(the file `workload.capacity_file` reads) into `--out` and prints a table.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from experiments.run.load import (
     rate_param,
     scheduler_config,
 )
+from experiments.run.realizations import realization_ids as swept_realizations
 from experiments.user_error import ConfigError, UserError, debug_enabled, one_line
 from schedulers.config_range import MAX_RATE, MIN_RATE
 
@@ -54,13 +61,18 @@ def _parser() -> argparse.ArgumentParser:
         description="Per scheduler, the highest arrival rate at which SLO attainment stays "
                     ">= the target (mean over realisations), by bracketing and bisection.")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for experiments.run")
-    p.add_argument("--realizations", default="3",
-                   help="realisations per probe: a count R (workload.realization=0..R-1, "
-                        "default 3), a range (5-9) or a list (5,7,8)")
+    p.add_argument("--realizations", default=None,
+                   help="realisations per probe: a count R (workload.realization=0..R-1), a "
+                        "range (5-9) or a list (5,7,8); default: those a multirun of the "
+                        "config sweeps (its `realizations`, else range(repeats) for "
+                        "repeats > 1), else 3 (0-2)")
     p.add_argument("--per-window", action="store_true",
                    help="also search each realisation's (trace window's) own capacity, "
                         "written beside the pooled one; a job of realisation k then runs at "
                         "load x window k's capacity")
+    p.add_argument("--scheduler-free", default="",
+                   help="comma-separated scheduler keys the capacity holds for any value "
+                        "(recorded as scheduler_free; e.g. victim_policy,preemption_mode)")
     p.add_argument("--tolerance", type=float, default=0.02,
                    help="relative width of the final bracket (default 0.02)")
     p.add_argument("--target", type=float, default=TARGET,
@@ -92,6 +104,14 @@ def realization_ids(text: str) -> list[int]:
     if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
         raise ConfigError(f"--realizations={text!r}: needs distinct realisations >= 0")
     return ids
+
+
+def default_realizations(cfg: DictConfig) -> list[int]:
+    """The realisations a search runs without `--realizations`: those a multirun of `cfg`
+    sweeps when it lists them or repeats more than once, else 0-2."""
+    if OmegaConf.select(cfg, "realizations") is None and int(cfg.get("repeats", 1)) == 1:
+        return [0, 1, 2]
+    return swept_realizations(cfg)
 
 
 def _split(overrides: Sequence[str]) -> tuple[list[str] | None, list[str]]:
@@ -191,7 +211,8 @@ def _search(cfg: DictConfig, param: str, ids: Sequence[int], tolerance: float,
 
 def search_scheduler(cfg: DictConfig, param: str, realizations: int | Sequence[int],
                      tolerance: float, target: float, out: Path, keep: bool,
-                     log: Any = None, per_window: bool = False) -> dict[str, Any]:
+                     log: Any = None, per_window: bool = False,
+                     scheduler_free: Sequence[str] = ()) -> dict[str, Any]:
     """One scheduler's capacity entry of capacity.json (the search and every probe); with
     `per_window`, each realisation's own search under `per_realization` (keyed by the
     realisation as text), the same bisection and tolerance over that realisation alone. The
@@ -204,6 +225,8 @@ def search_scheduler(cfg: DictConfig, param: str, realizations: int | Sequence[i
     pooled = _search(cfg, param, ids, tolerance, target, folder, keep, cache, log, name)
     pooled.pop("attainment", None)  # the pooled entry keeps the fields it always had
     entry: dict[str, Any] = {"scheduler_config": scheduler_config(cfg), **pooled}
+    if scheduler_free:
+        entry["scheduler_free"] = sorted(scheduler_free)
     if per_window:
         entry["per_realization"] = {
             str(k): _search(cfg, param, [k], tolerance, target, folder, keep, cache, log,
@@ -216,7 +239,6 @@ def search_scheduler(cfg: DictConfig, param: str, realizations: int | Sequence[i
 def run(argv: Sequence[str], log: Any = print) -> tuple[Path, dict[str, Any]]:
     """Run the capacity search of a command line; returns capacity.json's path and data."""
     args = _parser().parse_args(list(argv))
-    ids = realization_ids(str(args.realizations))
     if not (0 < args.tolerance < 1):
         raise ConfigError(f"--tolerance={args.tolerance}: must be in (0, 1)")
     if not (0 < args.target <= 1):
@@ -238,6 +260,14 @@ def run(argv: Sequence[str], log: Any = print) -> tuple[Path, dict[str, Any]]:
     first = configs[schedulers[0]]
     for cfg in configs.values():
         _check_searchable(cfg)
+    ids = (realization_ids(str(args.realizations)) if args.realizations is not None
+           else default_realizations(first))
+    free = [k for k in str(args.scheduler_free).split(",") if k]
+    for name, cfg in by_name.items():
+        unknown = sorted(set(free) - set(scheduler_config(cfg)))
+        if unknown:
+            raise ConfigError(f"--scheduler-free={args.scheduler_free}: scheduler={name} has "
+                              f"no key(s) {', '.join(unknown)}")
     param = rate_param(OmegaConf.to_container(first.workload))  # type: ignore[arg-type]
     start = _start_rate(first, param)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
@@ -263,7 +293,8 @@ def run(argv: Sequence[str], log: Any = print) -> tuple[Path, dict[str, Any]]:
     for name, cfg in by_name.items():
         data["schedulers"][name] = search_scheduler(cfg, param, ids, args.tolerance,
                                                     args.target, out, args.keep_probes,
-                                                    log, per_window=args.per_window)
+                                                    log, per_window=args.per_window,
+                                                    scheduler_free=free)
     path = write_text(json.dumps(data, indent=1) + "\n", out / "capacity.json")
     return path, data
 

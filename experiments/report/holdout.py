@@ -37,6 +37,9 @@ SWEEP_STATS: tuple[tuple[str, str, float, str], ...] = (
 # are the report's victim statistics (aggregated.csv) and victim_report.py's per_eviction.csv
 REPORT_COLUMNS = ("num_preemptions", "preempted_request_share", "recomputed_token_share",
                   "prefix_recovery_on_resume", "victim_e2el_median_ratio")
+# Swept settings beside the scheduler and the load that make a row of their own (the victim-
+# policy study's preemption mode and policy): a comparison's `case`
+CASE_COLUMNS: tuple[str, ...] = ("scheduler.preemption_mode", "scheduler.victim_policy")
 # the same of prefix_recovery_report.py's recovery.csv (`mean_share`: per readmission)
 RECOVERY_STATS: tuple[tuple[str, str, float, str], ...] = (
     ("mean_share", "recovered per readmission (mean)", 100.0, " %"),
@@ -78,13 +81,21 @@ def _unpivot(headline: pd.DataFrame) -> pd.DataFrame:
                          for (s, lv), vals in per.items()])
 
 
-def read_report(folder: Path) -> pd.DataFrame:
-    """A sweep report's statistics, one row per scheduler and load: aggregated.csv, plus
-    what only headline.csv holds (e.g. `prefix_recovery_on_resume`) and, when
-    victim_report.py wrote it, per_eviction.csv's recompute per eviction
-    (`tokens_per_eviction`, its CI, n = the evictions)."""
+def read_report(folder: Path, load: float | None = None) -> pd.DataFrame:
+    """A sweep report's statistics, one row per scheduler and load (and `CASE_COLUMNS`
+    where the sweep varied them): aggregated.csv, plus what only headline.csv holds (e.g.
+    `prefix_recovery_on_resume`) and, when victim_report.py wrote it, per_eviction.csv's
+    recompute per eviction (`tokens_per_eviction`, its CI, n = the evictions). `load`: the
+    load of a sweep that ran one (its tables have no load column); ValueError without."""
     df = pd.read_csv(folder / "aggregated.csv").rename(columns={"workload.load": "load"})
+    if "load" not in df:
+        if load is None:
+            raise ValueError(f"{folder}/aggregated.csv has no workload.load column (the "
+                             "sweep ran one load): give that load")
+        df["load"] = float(load)
     df["load"] = pd.to_numeric(df["load"]).astype(float)
+    if any(c in df for c in CASE_COLUMNS):
+        return df  # headline.csv and per_eviction.csv are per scheduler and load only
     extra = []
     if (folder / "headline.csv").is_file():
         extra.append(_unpivot(pd.read_csv(folder / "headline.csv")))
@@ -156,6 +167,16 @@ class Comparison:
     held_out: Point
     inside: bool | None
     overlap: bool | None
+    case: str = ""  # the `CASE_COLUMNS` values of the row, e.g. "recompute, most_kv"
+
+
+def _cases(frame: pd.DataFrame) -> list[str]:
+    """Each row's `case`: its `CASE_COLUMNS` values, comma-separated ("" without them)."""
+    cols = [c for c in CASE_COLUMNS if c in frame]
+    if not cols:
+        return [""] * len(frame)
+    return [", ".join(str(v) for v in vals) for vals in zip(*(frame[c] for c in cols),
+                                                            strict=True)]
 
 
 def compare(committed: pd.DataFrame, held_out: pd.DataFrame,
@@ -165,23 +186,28 @@ def compare(committed: pd.DataFrame, held_out: pd.DataFrame,
     so are a statistic the committed table lacks (the study did not report it) and one
     neither side defines."""
     out = []
+    committed = committed.assign(_case=_cases(committed))
+    held_out = held_out.assign(_case=_cases(held_out))
     scheds = list(dict.fromkeys(str(s) for s in held_out["scheduler"]))
     for sched in scheds:
         for load in sorted(set(held_out.loc[held_out["scheduler"] == sched, "load"])):
-            mine = committed[(committed["scheduler"] == sched) & (committed["load"] == load)]
-            held = held_out[(held_out["scheduler"] == sched) & (held_out["load"] == load)]
-            if mine.empty:
-                continue
-            c_row = {str(k): v for k, v in mine.iloc[0].items()}
-            h_row = {str(k): v for k, v in held.iloc[0].items()}
-            for column, words, scale, unit in stats:
-                if column not in c_row:
+            here = held_out[(held_out["scheduler"] == sched) & (held_out["load"] == load)]
+            for case in dict.fromkeys(here["_case"]):
+                mine = committed[(committed["scheduler"] == sched)
+                                 & (committed["load"] == load) & (committed["_case"] == case)]
+                held = here[here["_case"] == case]
+                if mine.empty:
                     continue
-                c, h = point(c_row, column), point(h_row, column)
-                if not (c.defined or h.defined):
-                    continue
-                out.append(Comparison(sched, float(load), column, words, scale, unit, c, h,
-                                      inside(h.mean, c), overlap(c, h)))
+                c_row = {str(k): v for k, v in mine.iloc[0].items()}
+                h_row = {str(k): v for k, v in held.iloc[0].items()}
+                for column, words, scale, unit in stats:
+                    if column not in c_row:
+                        continue
+                    c, h = point(c_row, column), point(h_row, column)
+                    if not (c.defined or h.defined):
+                        continue
+                    out.append(Comparison(sched, float(load), column, words, scale, unit, c,
+                                          h, inside(h.mean, c), overlap(c, h), case))
     return out
 
 
@@ -233,11 +259,14 @@ def holdout_markdown(rows: Sequence[Comparison], title: str, setting: str, capac
         lines += [f"Command: `{command}`.", ""]
     if not rows:
         return "\n".join([*lines, "No statistic is defined on both sides.", ""])
+    cased = any(r.case for r in rows)
     for sched in dict.fromkeys(r.scheduler for r in rows):
         lines += [f"## {SCHEDULER_NAMES.get(sched, sched)}", "",
-                  "| load | statistic | committed | held-out | inside | overlap |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r.load:g} | {r.words} | {_fmt(r.committed, r.scale, r.unit)} "
+                  "| load |" + (" mode, policy |" if cased else "")
+                  + " statistic | committed | held-out | inside | overlap |",
+                  "|---|" + ("---|" if cased else "") + "---|---|---|---|---|"]
+        lines += [f"| {r.load:g} |" + (f" {r.case} |" if cased else "")
+                  + f" {r.words} | {_fmt(r.committed, r.scale, r.unit)} "
                   f"| {_fmt(r.held_out, r.scale, r.unit)} | {_yes(r.inside)} "
                   f"| {_yes(r.overlap)} |" for r in rows if r.scheduler == sched]
         lines.append("")

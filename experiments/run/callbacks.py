@@ -66,7 +66,8 @@ class ComparisonCallback(Callback):
         for p in retract_report(sweep_dir):
             log.info("withdrew the earlier report file %s", p)
 
-        # resolved: `range(${repeats})` sweeps one value by default (then it is not swept)
+        # resolved: the realisations (`${realization_sweep:...}`) are one value by default
+        # (then they are not swept)
         params = OmegaConf.to_container(config.hydra.sweeper.get("params") or {},
                                         resolve=True)
         swept = swept_keys(list(config.hydra.overrides.task),

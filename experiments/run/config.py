@@ -28,6 +28,7 @@ from experiments.inputs.workloads import PARAMS as WORKLOAD_PARAMS
 from experiments.inputs.workloads import LengthDist
 from experiments.inputs.workloads.transforms import MAX_REALIZATION
 from experiments.paths import PROJECT_ROOT
+from experiments.run.realizations import register as register_realizations
 from schedulers import registry
 from schedulers.config_range import INT64_MAX, MAX_KV_SLOTS, MAX_TOKENS, MEMORY_WHY, ranged
 from schedulers.eviction import EvictionOptions
@@ -221,8 +222,12 @@ class RunConfig:
     `resume` skips a job whose folder already holds a complete result for this config.
     `admission` holds the front-door limits (engines/admission.py: queued requests and their
     prompt tokens; null: unlimited), refusing an arrival over them with 503.
-    `repeats` is the number of realisations a multirun sweeps (`workload.realization=
-    range(repeats)` in conf/config.yaml's sweeper params); a single run ignores it.
+    `realizations` lists the realisations a multirun sweeps (`workload.realization:
+    ${realization_sweep:${realizations},${repeats}}` in conf/config.yaml's sweeper params:
+    experiments/run/realizations.py); null: `range(repeats)`, the first `repeats`, and with a
+    list `repeats` is 1 or the list's length. `holdout_realizations` lists realisations held
+    out of the sweep, disjoint from it (trace windows for scripts/holdout_check.py); a single
+    run ignores all three.
     """
 
     scheduler: Any = MISSING
@@ -234,6 +239,8 @@ class RunConfig:
     logger: Any = MISSING
     seed: int = ranged(0, low=0, high=INT64_MAX)
     repeats: int = ranged(1, low=1, high=10_000)
+    realizations: list[int] | None = None
+    holdout_realizations: list[int] = field(default_factory=list)
     kv_capacity_tokens: Any = ranged(16384, low=1, high=MAX_KV_SLOTS, why=MEMORY_WHY,
                                      special={"auto": "the pool vLLM leaves on the hardware"})
     gpu_memory_utilization: float = ranged(0.92, low=0.0, low_open=True, high=1.0)
@@ -301,7 +308,8 @@ _STORED_SCHEDULERS: set[str] = set()
 
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (once per process; the schema of a scheduler
-    registered since, on the next call) and the `${schedulers:}` resolver."""
+    registered since, on the next call), the `${schedulers:}` resolver and the realisations'
+    `${realization_sweep:...}` (experiments/run/realizations.py)."""
     global _REGISTERED
     cs = ConfigStore.instance()
     for entry in registry.entries():
@@ -316,6 +324,9 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver(
         "schedulers", lambda capability=None: ",".join(registry.names(capability or None)),
         replace=True)
+    # `${realization_sweep:${realizations},${repeats}}`: the listed realisations (else
+    # range(repeats)) as the sweeper's choice of workload.realization
+    register_realizations()
     # `${schedbench_groups:}`: the options a user picks, for `--help` (Hydra's own list,
     # $APP_CONFIG_GROUPS, shows the schemas `base_*` too)
     OmegaConf.register_new_resolver(

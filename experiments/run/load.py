@@ -13,7 +13,11 @@ length, admission limits, SLO targets, and the scheduler's own settings); anythi
 holds each realisation's (trace window's) own capacity (`per_realization`): a job of
 realisation k then runs at L x window k's capacity, the same distance from that window's
 saturation whatever the window (`capacity_for`), and a realisation the file has no window
-for is refused.
+for is refused. An entry may list `scheduler_free` keys: scheduler settings its capacity
+holds for whatever their value (a study that runs every victim policy and preemption mode at
+the capacity of the default policy in recompute mode, so that all see the same arrivals:
+scripts/reproduce_victim_policies.sh); a job differing from the searched config only in
+those keys runs against it.
 
 This module holds the file's format (`CAPACITY_FORMAT`, `capacity_config`,
 `config_digest`), read here and written by experiments/capacity/.
@@ -188,9 +192,11 @@ def resolve_load(cfg: DictConfig) -> tuple[dict[str, Any], LoadResolution | None
                           f"{', '.join(entries) or 'none'}); run python -m "
                           f"experiments.capacity scheduler={scheduler} ... for it")
     here = capacity_config(cfg)
+    free = set(entry.get("scheduler_free") or ())
     for there_cfg, here_cfg, prefix in ((data.get("config") or {}, here, ""),
-                                        (entry.get("scheduler_config") or {},
-                                         scheduler_config(cfg), "scheduler.")):
+                                        (_without(entry.get("scheduler_config") or {}, free),
+                                         _without(scheduler_config(cfg), free),
+                                         "scheduler.")):
         diff = next(_differences(there_cfg, here_cfg), None)
         if diff is not None:
             key, there, now = diff
@@ -220,6 +226,11 @@ def resolve_load(cfg: DictConfig) -> tuple[dict[str, Any], LoadResolution | None
                                     param=param, rate=rate, capacity_file=str(capacity_file),
                                     target=(float(data["target"]) if data.get("target")
                                             is not None else None), source=source)
+
+
+def _without(config: Mapping[str, Any], keys: set[str]) -> dict[str, Any]:
+    """`config` less `keys` (a capacity entry's `scheduler_free`)."""
+    return {k: v for k, v in config.items() if k not in keys}
 
 
 def capacity_for(entry: Mapping[str, Any], realization: int, where: str, scheduler: str

@@ -119,7 +119,8 @@ def band_figure(folders: list[Path], path: Path) -> Path:
     )
 
     runs = folders[0] / "runs"
-    scheds = sorted(d.name.removesuffix("_real") for d in runs.glob("*_real"))
+    scheds = sorted((d.name.removesuffix("_real") for d in runs.glob("*_real")),
+                    key=lambda s: (s != "vllm", s))  # vLLM first, as the tables
     if not scheds:
         raise FileNotFoundError(f"real_repeats: {runs}: no <scheduler>_real run folders")
     with style():

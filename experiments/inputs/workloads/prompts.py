@@ -116,21 +116,27 @@ def prompt_texts(w: PromptsWorkload) -> list[tuple[str, str]]:
             for i in range(n)]
 
 
-def read_output_lengths(path: str, num_requests: int) -> dict[str, int]:
-    """`{request_id: output length}` from a JSON file; every request r0..r{n-1} must be named."""
-    p = project_path(path)
+def _per_request_json(field: str, path: str, num_requests: int, what: str) -> dict[str, Any]:
+    """The JSON object `{request_id: value}` of `workload.<field>`; every request
+    r0..r{n-1} must be named (`what`: the value's name in errors)."""
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(project_path(path).read_text())
     except (OSError, ValueError) as e:
-        raise ValueError(f"workload: output_lengths={path!r}: cannot read ({e})") from None
+        raise ValueError(f"workload: {field}={path!r}: cannot read ({e})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"workload: output_lengths={path!r}: expected a JSON object "
-                         "{request_id: output length}")
+        raise ValueError(f"workload: {field}={path!r}: expected a JSON object "
+                         f"{{request_id: {what}}}")
     missing = [f"r{i}" for i in range(num_requests) if f"r{i}" not in data]
     if missing:
-        raise ValueError(f"workload: output_lengths={path!r}: no length for {missing[0]!r} "
+        raise ValueError(f"workload: {field}={path!r}: no {what} for {missing[0]!r} "
                          f"({len(missing)} request(s) missing)")
-    out = {str(k): int(v) for k, v in data.items()}
+    return {str(k): v for k, v in data.items()}
+
+
+def read_output_lengths(path: str, num_requests: int) -> dict[str, int]:
+    """`{request_id: output length}` from a JSON file; every request r0..r{n-1} must be named."""
+    data = _per_request_json("output_lengths", path, num_requests, "length")
+    out = {k: int(v) for k, v in data.items()}
     bad = next((k for k, v in out.items() if v < 1), None)
     if bad is not None:
         raise ValueError(f"workload: output_lengths={path!r}: {bad!r} has length {out[bad]}")
@@ -140,27 +146,14 @@ def read_output_lengths(path: str, num_requests: int) -> dict[str, int]:
 def read_output_tokens(path: str, num_requests: int) -> dict[str, list[int]]:
     """`{request_id: [output token ids]}` from a JSON file; every request r0..r{n-1} must be
     named, each with at least one token id >= 0."""
-    p = project_path(path)
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"workload: output_tokens={path!r}: cannot read ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"workload: output_tokens={path!r}: expected a JSON object "
-                         "{request_id: [token ids]}")
-    missing = [f"r{i}" for i in range(num_requests) if f"r{i}" not in data]
-    if missing:
-        raise ValueError(f"workload: output_tokens={path!r}: no tokens for {missing[0]!r} "
-                         f"({len(missing)} request(s) missing)")
-    out: dict[str, list[int]] = {}
+    data = _per_request_json("output_tokens", path, num_requests, "tokens")
     for rid, toks in data.items():
         if (not isinstance(toks, list) or not toks
                 or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
                            for t in toks)):
             raise ValueError(f"workload: output_tokens={path!r}: {rid!r} must be a non-empty "
                              f"list of token ids >= 0, got {str(toks)[:60]}")
-        out[str(rid)] = toks
-    return out
+    return data
 
 
 def prompts_from_config(cfg: Mapping[str, Any], seed: int | None = None) -> PromptsWorkload:

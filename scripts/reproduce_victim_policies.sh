@@ -26,7 +26,7 @@
 # default schedulers and loads (SCHEDULERS and LOADS, when set, apply to every setting):
 #   main  the above; vLLM at 1.25: results/victim_policies/ (raw runs/vllm, runs/capacity);
 #   a10   Llama-2-7B on an A10 24GB (fitted_roofline from the A40, 16,320 KV slots and a host
-#         pool as large), where SGLang retracts 9-17 times per window past capacity: vLLM and
+#         pool as large), where SGLang retracts 2-16 times per window past capacity: vLLM and
 #         SGLang at 1.25 and 1.5: results/victim_policies/a10/ (raw runs/a10/, git-ignored).
 set -euo pipefail
 start=$SECONDS

@@ -144,7 +144,7 @@ def test_the_held_out_run_uses_the_committed_capacity_of_the_committed_config(
                                                     "scheduler=vllm"])))
     committed = Path(__file__).resolve().parent.parent / "results/victim_choice/main/capacity.md"
     assert holdout.committed_capacity(committed) == (
-        {"vLLM": (0.9688, 4.39), "SGLang": (0.9531, 4.32)}, digest[:16])
+        {"vLLM": (1.062, 5.58), "SGLang": (1.031, 5.42)}, digest[:16])
     # a capacity table as scripts/_study.sh writes it
     md = tmp_path / "capacity.md"
     md.write_text("# Capacity: Q3\n\n```\nCapacity: ...\n"
@@ -227,7 +227,7 @@ def test_the_held_out_run_searches_each_held_out_window_by_default(
     assert not any("experiments.capacity" in c for c in ran)
     pinned = json.loads((runs / "capacity.json").read_text())
     assert pinned["schedulers"]["vllm"]["scheduler_free"] == free.split(",")
-    assert pinned["schedulers"]["vllm"]["capacity"] == 0.9688
+    assert pinned["schedulers"]["vllm"]["capacity"] == 1.062
 
 
 def test_the_script_checks_every_study_at_its_held_out_windows() -> None:

@@ -266,25 +266,30 @@ def study_overrides(num_requests: int = 32, rate: float = 2.0, max_tokens: int =
             "model=smollm2_135m", "workload=smollm2_prompts", "progress=off"]
 
 
-def write_outputs(real_dir: Path) -> None:
+def write_outputs(real_dir: Path, dest: Path | None = None) -> None:
     """A real run's output_lengths.json ({request_id: length}) and output_tokens.json
-    ({request_id: [token ids]}, what the simulator replays) from its requests.parquet."""
+    ({request_id: [token ids]}, what the simulator replays) from its requests.parquet, into
+    `dest` (default: the run's folder)."""
+    dest = real_dir if dest is None else dest
+    dest.mkdir(parents=True, exist_ok=True)
     req = pd.read_parquet(real_dir / "requests.parquet")
     ids = [str(r) for r in req["request_id"]]
     lengths = {r: int(n) for r, n in zip(ids, req["output_len"], strict=True)}
     tokens = {r: [int(t) for t in toks]
               for r, toks in zip(ids, req["output_token_ids"], strict=True)}
-    (real_dir / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
-    (real_dir / "output_tokens.json").write_text(json.dumps(tokens) + "\n")
+    (dest / "output_lengths.json").write_text(json.dumps(lengths, indent=0) + "\n")
+    (dest / "output_tokens.json").write_text(json.dumps(tokens) + "\n")
 
 
-def outputs_file(real_dir: Path) -> Path:
-    """The real run's output_tokens.json, written from its requests.parquet when an earlier
-    version of this script left only output_lengths.json."""
+def outputs_file(real_dir: Path, dest: Path) -> Path:
+    """The real run's output_tokens.json; where an earlier version of this script left only
+    output_lengths.json (a `--real-from` folder), it is written from the run's
+    requests.parquet into `dest`, in this study's --out, leaving that folder as it was."""
     path = real_dir / "output_tokens.json"
-    if not path.is_file():
-        write_outputs(real_dir)
-    return path
+    if path.is_file():
+        return path
+    write_outputs(real_dir, dest)
+    return dest / "output_tokens.json"
 
 
 def reference_unit(profile: Path) -> float:
@@ -362,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             write_outputs(real_dir)
         summaries[(sched, "real")] = summary
         shapes[sched] = rows
+        replay = outputs_file(real_dir, out / "runs" / f"{sched}_real")
         for kind, prof, model in (("sim", args.profile, cost),
                                   ("sim_baseline", args.baseline_profile, baseline)):
             if prof is None:
@@ -369,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             summaries[(sched, kind)], _ = run(
                 [*base, *extra, "executor=sim", f"executor.cost_model={args.cost_model}",
                  f"executor.profile={prof}",
-                 f"workload.output_tokens={outputs_file(real_dir)}"],
+                 f"workload.output_tokens={replay}"],
                 out / "runs" / f"{sched}_{kind}")
             errors.append({"scheduler": sched, "profile": prof, **step_errors(rows, model)})
     err = pd.DataFrame(errors)

@@ -140,3 +140,21 @@ def test_repeats_compare_the_simulator_with_the_real_median(tmp_path: Path) -> N
     row = out.read_text().splitlines()[2].split(" | ")
     # real 1, 1.3, 0.9; spread (1.3 - 0.9) / 1.0 = 40 %; sim +5 % (bold); baseline +20 %
     assert row[2:] == ["1", "1.3", "0.9", "40 %", "1.05", "**5 %**", "1.2", "20 % |"]
+
+
+def test_replay_file_of_an_older_real_run_goes_to_the_study_not_the_run(tmp_path: Path) -> None:
+    """`real_vs_sim --real-from` on a run folder without output_tokens.json writes it under
+    the study's --out and leaves the read folder as it was."""
+    real = tmp_path / "old" / "runs" / "vllm_real"
+    real.mkdir(parents=True)
+    pd.DataFrame({"request_id": ["r0", "r1"], "output_len": [2, 1],
+                  "output_token_ids": [[5, 6], [7]]}).to_parquet(real / "requests.parquet")
+    before = sorted(p.name for p in real.iterdir())
+    rvs = load_script("real_vs_sim")
+    dest = tmp_path / "new" / "runs" / "vllm_real"
+    path = rvs.outputs_file(real, dest)
+    assert path == dest / "output_tokens.json"
+    assert json.loads(path.read_text()) == {"r0": [5, 6], "r1": [7]}
+    assert sorted(p.name for p in real.iterdir()) == before
+    (real / "output_tokens.json").write_text('{"r0": [5, 6], "r1": [7]}\n')
+    assert rvs.outputs_file(real, dest) == real / "output_tokens.json"

@@ -82,6 +82,13 @@ def _replayed(reg: _Registered, seq_len: int, n: int) -> list[int]:
     return toks
 
 
+def _sampled(reg: _Registered, seq_len: int, n: int) -> list[int]:
+    """The tokens sampled after sequence lengths `seq_len .. seq_len + n - 1`, before the EOS
+    rule: the replay where the request has one, else rule tokens."""
+    return (_replayed(reg, seq_len, n) if reg.replay is not None
+            else rule_tokens(reg.index, seq_len, n))
+
+
 class SimExecutor:
     """Predicts each step's duration with a cost model and samples rule tokens.
 
@@ -201,8 +208,7 @@ class SimExecutor:
             if 0 <= j_eos < k:
                 k = j_eos + 1
             if reg.replay is not None or 3 <= eos < 31003:  # a sampled token could equal it
-                toks = (_replayed(reg, e, k) if reg.replay is not None
-                        else rule_tokens(reg.index, e, k))
+                toks = _sampled(reg, e, k)
                 for j in range(k):
                     if toks[j] == eos:
                         k = j + 1
@@ -216,8 +222,7 @@ class SimExecutor:
         out: list[list[int]] = []
         for rid, e in zip(run.request_ids, run.seq_lens):
             reg = regs[rid]
-            toks = (_replayed(reg, e, num_steps) if reg.replay is not None
-                    else rule_tokens(reg.index, e, num_steps))
+            toks = _sampled(reg, e, num_steps)
             if (reg.eos_token_id is not None
                     and e + num_steps - 1 - reg.prompt_len + 1 == reg.eos_output_len):
                 toks[-1] = reg.eos_token_id

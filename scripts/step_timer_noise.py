@@ -13,6 +13,7 @@ unit once at start, so that every step of the run shares it).
 
     python scripts/step_timer_noise.py [--model-path models/smollm2-135m-instruct]
         [--timers wall cpu min_of_k:3 reference:3] [--steps 20] [--block 10] [--load 0]
+        [--prefill-tokens 128] [--shapes decode prefill]
 """
 
 from __future__ import annotations
@@ -38,15 +39,17 @@ from schedulers.contract import ScheduledChunk, StepPlan  # noqa: E402
 PAGE = 16
 
 
-def plans() -> dict[str, StepPlan]:
-    """The steps timed: 8 decodes at context 128, and one prefill chunk of 128 tokens."""
+def plans(prefill_tokens: int = 128) -> dict[str, StepPlan]:
+    """The steps timed: 8 decodes at context 128, and one prefill chunk of `prefill_tokens`
+    tokens."""
     per = 128 // PAGE
     decode = StepPlan(0, PAGE, [ScheduledChunk(f"d{b}", [5], 127,
                                                list(range(b * per, (b + 1) * per)), True)
                                 for b in range(8)])
-    prefill = StepPlan(1, PAGE, [ScheduledChunk("p", list(range(3, 131)), 0,
-                                                list(range(8 * per, 9 * per)), True)])
-    return {"decode 8 x ctx 128": decode, "prefill 128": prefill}
+    pages = -(-prefill_tokens // PAGE)
+    prefill = StepPlan(1, PAGE, [ScheduledChunk("p", list(range(3, 3 + prefill_tokens)), 0,
+                                                list(range(8 * per, 8 * per + pages)), True)])
+    return {"decode 8 x ctx 128": decode, f"prefill {prefill_tokens}": prefill}
 
 
 def spin(seconds: float) -> None:
@@ -64,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", type=int, default=0, help="processes spinning on a core")
     ap.add_argument("--block", type=int, default=10,
                     help="steps per block of the drift statistic")
+    ap.add_argument("--prefill-tokens", type=int, default=128,
+                    help="tokens of the prefill chunk timed")
+    ap.add_argument("--shapes", nargs="+", choices=("decode", "prefill"),
+                    default=["decode", "prefill"], help="which of the two steps to time")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         h.start()
     try:
         times: dict[tuple[str, str], list[float]] = {}
-        for shape, plan in plans().items():
+        for shape, plan in plans(args.prefill_tokens).items():
+            if shape.split()[0] not in args.shapes:
+                continue
             for ex in executors.values():
                 ex.execute(plan)  # warm-up
             for _ in range(args.steps):

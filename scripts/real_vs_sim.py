@@ -332,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                          "unit the --profile records; min_of_k: no unit; cpu: one pass)")
     ap.add_argument("--timer-repeats", type=int, default=2,
                     help="forward passes per step of --timer min_of_k and reference")
+    ap.add_argument("--timer-prefill-repeats", type=int, default=None,
+                    help="forward passes of a step with a prefill chunk (default: "
+                         "--timer-repeats)")
     ap.add_argument("--sglang", nargs="*", default=list(SGLANG_OVERRIDES),
                     help="Hydra overrides for the SGLang runs only")
     args = ap.parse_args(argv)
@@ -345,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     baseline: Any = (model_cls.from_profile(ROOT / args.baseline_profile)
                      if args.baseline_profile else None)
     timer = [f"executor.timer={args.timer}", f"executor.timer_repeats={args.timer_repeats}"]
+    if args.timer_prefill_repeats is not None:
+        timer.append(f"executor.timer_prefill_repeats={args.timer_prefill_repeats}")
     if args.timer == "reference":
         timer.append(f"executor.timer_reference_s={reference_unit(ROOT / args.profile)!r}")
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
@@ -434,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_profile": args.baseline_profile,
         "real_from": str(args.real_from) if args.real_from else None,
         "cost_model": args.cost_model, "timer": args.timer,
-        "timer_repeats": args.timer_repeats, "schedulers": args.schedulers,
+        "timer_repeats": args.timer_repeats,
+        "timer_prefill_repeats": args.timer_prefill_repeats, "schedulers": args.schedulers,
         "load_average_at_end": list(__import__("os").getloadavg()),
         "threads": args.threads, "wall_s": round(time.perf_counter() - t_start, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -20,7 +20,8 @@
 #                  reference step timed beside each pass, k = 2, the unit the grid profile
 #                  records; min_of_k: the fastest of k = 3 passes, no unit; cpu: one pass, the
 #                  clock of the first versions, whose grid is smollm2_135m_cpu_padded.json)
-#   --timer-repeats K  the passes per step (k above)
+#   --timer-repeats K  the passes per step (k above); real_vs_sim.py's --timer-prefill-repeats K
+#                  (after these options) gives a step with a prefill chunk K passes instead
 #   --load N       N processes spinning on a core for the whole script (the "loaded" condition
 #                  of issue 29), on top of whatever else the machine runs
 # Builds the checkpoint first when models/ lacks it (`make model`). One torch thread, and step

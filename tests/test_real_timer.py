@@ -92,6 +92,31 @@ def test_min_of_k_runs_k_passes_and_keeps_the_fastest(model: PagedDecoder,
     assert counting.passes == 4 and result.duration_s == 2.0
 
 
+def test_a_prefill_step_takes_its_own_passes(model: PagedDecoder) -> None:
+    counting = CountingModel(model)
+    ex = RealExecutor(counting, kernel="torch", timer="min_of_k",  # type: ignore[arg-type]
+                      timer_repeats=2, timer_prefill_repeats=5)
+    assert (ex.timer.repeats, ex.timer.prefill_repeats) == (2, 5)
+    prefill = StepPlan(0, 16, [ScheduledChunk("a", list(range(3, 20)), 0, [0, 1], sample=True)])
+    ex.execute(prefill)
+    assert counting.passes == 5
+    # a decode step (one token per chunk) takes timer_repeats, a mixed step the prefill's
+    decode = StepPlan(1, 16, [ScheduledChunk("a", [9], 17, [0, 1], sample=True)])
+    ex.execute(decode)
+    assert counting.passes == 5 + 2
+    mixed = StepPlan(2, 16, [ScheduledChunk("a", [9], 18, [0, 1], sample=True),
+                             ScheduledChunk("b", [4, 5, 6], 0, [2], sample=True)])
+    ex.execute(mixed)
+    assert counting.passes == 5 + 2 + 5
+    # null: timer_repeats for every step; one pass for the one-pass timers
+    assert resolve_timer("reference", 3, CPU).prefill_repeats == 3
+    assert resolve_timer("wall", 3, CPU, prefill_repeats=6).prefill_repeats == 1
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=rf"executor.timer_prefill_repeats={bad!r}: must"):
+            RealExecutor(model, kernel="torch", timer="min_of_k",
+                         timer_prefill_repeats=bad)  # type: ignore[arg-type]
+
+
 def run_engine(model: PagedDecoder, timer: str, repeats: int
                ) -> tuple[RealExecutor, dict[str, list[int]], int]:
     """A vLLM run on a pool small enough to preempt, with chunked prefill and prefix hits:
@@ -173,14 +198,15 @@ def test_summary_records_the_timer_and_documents_it(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "experiments.run", "executor=real",
          f"executor.model_path={ckpt}", "executor.kernel=torch", "executor.timer_repeats=2",
+         "executor.timer_prefill_repeats=3",
          "workload.num_requests=3", "workload.vocab_size=256", "kv_capacity_tokens=256",
          "workload.prompt_len={dist:uniform,low:8,high:12}",
          "workload.output_len={dist:uniform,low:2,high:4}", f"hydra.run.dir={out}"],
         cwd=ROOT, check=True, capture_output=True, text=True,
         env={**os.environ, "CI": "true", "OMP_NUM_THREADS": "1"})
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["timer"], summary["timer_repeats"], summary["timer_clock"]) == (
-        "reference", 2, "process_time")
+    assert (summary["timer"], summary["timer_repeats"], summary["timer_prefill_repeats"],
+            summary["timer_clock"]) == ("reference", 2, 3, "process_time")
     # the unit measured at start (no timer_reference_s given), recorded with its source
     assert summary["timer_reference_s"] > 0 and summary["timer_reference_source"]
     doc = documented()

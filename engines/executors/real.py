@@ -22,6 +22,11 @@ host, by one of the timers (`TIMERS`, DESIGN.md "The real executor's step clock"
   measured when the executor starts;
 - `auto` (the default): `reference` on a CPU, `wall` on a GPU.
 
+A step with a prefill chunk (a chunk of more than one token) may take more passes than a
+decode step (`timer_prefill_repeats`, null: `timer_repeats`): a prefill step is long and
+compute-bound, it is one of only a few in a run, and the first requests' TTFTs are sums of a
+few of them, where a decode step's noise averages out over the hundreds of a run.
+
 The executor keeps no per-request state besides the KV cache: whatever the scheduler does
 (chunking, prefix hits, preemption and recompute), the plan says which slots hold what.
 
@@ -65,7 +70,8 @@ class RealExecutorConfig:
     `max_total_tokens`); None grows the cache on demand. `timer`: auto | wall | cpu |
     min_of_k | reference (module docstring); `timer_repeats`: k, the forward passes per step
     of `min_of_k` and `reference` (at least 1); `timer_reference_s`: the reference step's
-    time for `reference` (None: measured at start).
+    time for `reference` (None: measured at start); `timer_prefill_repeats`: the passes of a
+    step with a prefill chunk (None: `timer_repeats`).
     """
 
     model_path: str
@@ -76,6 +82,7 @@ class RealExecutorConfig:
     timer: str = "auto"
     timer_repeats: int = DEFAULT_TIMER_REPEATS
     timer_reference_s: float | None = None
+    timer_prefill_repeats: int | None = None
 
 
 TIMERS = ("auto", "wall", "cpu", "min_of_k", "reference")
@@ -88,28 +95,46 @@ class StepTimer:
     min_of_k | reference), `repeats` (forward passes per step: k for min_of_k and reference,
     else 1), `clock` (what each pass reads: perf_counter | process_time | cuda_events) and,
     for reference, `reference_s` (the reference step's time: the clock's unit) and where it
-    came from (`reference_source`: config, or measured at start)."""
+    came from (`reference_source`: config, or measured at start); `prefill_repeats`: the
+    passes of a step with a prefill chunk (`repeats` unless configured)."""
 
     name: str
     repeats: int
     clock: str
     reference_s: float | None = None
     reference_source: str | None = None
+    prefill_repeats: int = 1
+
+    def passes(self, plan: StepPlan) -> int:
+        """The forward passes that time `plan`: `prefill_repeats` where a chunk has more than
+        one token (a prefill), else `repeats`."""
+        if self.prefill_repeats != self.repeats and any(len(c.token_ids) > 1
+                                                        for c in plan.chunks):
+            return self.prefill_repeats
+        return self.repeats
 
 
 def resolve_timer(timer: str, repeats: int, device: torch.device,
-                  num_threads: int | None = None) -> StepTimer:
-    """The timer `timer` with `repeats` passes means on `device` (`num_threads`: torch's
-    intra-op threads, default torch.get_num_threads()).
+                  num_threads: int | None = None,
+                  prefill_repeats: int | None = None) -> StepTimer:
+    """The timer `timer` with `repeats` passes (`prefill_repeats` for a step with a prefill
+    chunk, None: `repeats`) means on `device` (`num_threads`: torch's intra-op threads,
+    default torch.get_num_threads()).
 
-    Raises ValueError naming `executor.timer` or `executor.timer_repeats` when either is not a
-    valid choice.
+    Raises ValueError naming `executor.timer`, `executor.timer_repeats` or
+    `executor.timer_prefill_repeats` when one is not a valid choice.
     """
     if timer not in TIMERS:
         raise ValueError(f"real executor: executor.timer={timer!r}: valid: {', '.join(TIMERS)}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"real executor: executor.timer_repeats={repeats!r}: must be an "
                          "integer >= 1 (the forward passes per step of timer=min_of_k)")
+    if prefill_repeats is not None and (isinstance(prefill_repeats, bool)
+                                        or not isinstance(prefill_repeats, int)
+                                        or prefill_repeats < 1):
+        raise ValueError(f"real executor: executor.timer_prefill_repeats={prefill_repeats!r}: "
+                         "must be an integer >= 1 (the forward passes of a step with a "
+                         "prefill chunk) or null (timer_repeats)")
     cuda = device.type == "cuda"
     if timer == "auto":
         timer = "wall" if cuda else "reference"
@@ -124,7 +149,10 @@ def resolve_timer(timer: str, repeats: int, device: torch.device,
         clock = "process_time" if threads == 1 else "perf_counter"
     else:
         clock = "perf_counter"
-    return StepTimer(timer, repeats if timer in _REPEATED else 1, clock)
+    if timer not in _REPEATED:
+        return StepTimer(timer, 1, clock, prefill_repeats=1)
+    return StepTimer(timer, repeats, clock, prefill_repeats=(
+        repeats if prefill_repeats is None else prefill_repeats))
 
 
 def reference_plan() -> StepPlan:
@@ -262,8 +290,10 @@ class RealExecutor:
     def __init__(self, model: PagedDecoder, kernel: str = "auto",
                  num_slots: int | None = None, timer: str = "auto",
                  timer_repeats: int = DEFAULT_TIMER_REPEATS,
-                 timer_reference_s: float | None = None) -> None:
-        self.timer = resolve_timer(timer, timer_repeats, model.device)
+                 timer_reference_s: float | None = None,
+                 timer_prefill_repeats: int | None = None) -> None:
+        self.timer = resolve_timer(timer, timer_repeats, model.device,
+                                   prefill_repeats=timer_prefill_repeats)
         if timer_reference_s is not None and self.timer.name != "reference":
             raise ValueError(f"real executor: executor.timer_reference_s={timer_reference_s!r}"
                              f" is for executor.timer=reference, not {self.timer.name!r}")
@@ -308,7 +338,8 @@ class RealExecutor:
                                              device=cfg.device)
         executor = cls(model, kernel=cfg.kernel, num_slots=cfg.num_slots, timer=cfg.timer,
                        timer_repeats=cfg.timer_repeats,
-                       timer_reference_s=cfg.timer_reference_s)
+                       timer_reference_s=cfg.timer_reference_s,
+                       timer_prefill_repeats=cfg.timer_prefill_repeats)
         if has_tokenizer(cfg.model_path):
             executor.tokenizer_path = str(cfg.model_path)
         return executor
@@ -362,8 +393,8 @@ class RealExecutor:
                 sum(op.num_tokens for op in plan.swap_in) * per_token)
 
     def _forward(self, plan: StepPlan) -> StepResult:
-        """Compute the plan's chunks `timer.repeats` times; the step's time is the fastest
-        pass (one pass but for min_of_k and reference), for reference scaled by the
+        """Compute the plan's chunks `timer.passes(plan)` times; the step's time is the
+        fastest pass (one pass but for min_of_k and reference), for reference scaled by the
         reference step's time over its fastest pass, a pass of it before each of the step's.
         Every pass writes the same KV slots with the same values, so the cache and the
         sampled tokens after k passes equal those after one; a pass that samples otherwise
@@ -371,7 +402,7 @@ class RealExecutor:
         fastest_reference = duration = math.inf
         sample_ids: list[str] = []
         tokens: list[int] = []
-        for k in range(self.timer.repeats):
+        for k in range(self.timer.passes(plan)):
             if self._reference is not None:
                 fastest_reference = min(fastest_reference, self._reference_pass())
             ids, sampled, seconds = self._timed_pass(plan)

@@ -491,7 +491,7 @@ def build_executor(cfg_executor: Mapping[str, Any] | DictConfig, model: ModelSpe
         from engines.executors.real import RealExecutor, RealExecutorConfig
 
         valid = {"model_path", "kernel", "dtype", "device", "timer", "timer_repeats",
-                 "timer_reference_s"}
+                 "timer_reference_s", "timer_prefill_repeats"}
         d.pop("auto_kv_capacity_tokens", None)  # read where the pool is resolved (run.main)
         d["model_path"] = str(checkpoint)  # resolved (a model group's is project-relative)
         cfg = construct(lambda **kw: RealExecutorConfig(num_slots=num_slots, **kw),

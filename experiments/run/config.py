@@ -184,8 +184,9 @@ class RealExecutorSchema:
     step's forward pass run `timer_repeats` times, the fastest kept: steady on a machine
     shared with other work) | reference (min_of_k scaled by a fixed reference step's time
     over its fastest pass beside the step's: a slowdown both share cancels;
-    `timer_reference_s` pins the reference's time, null: measured at start; DESIGN.md "The
-    real executor's step clock").
+    `timer_reference_s` pins the reference's time, null: measured at start;
+    `timer_prefill_repeats`: the passes of a step with a prefill chunk, null: `timer_repeats`;
+    DESIGN.md "The real executor's step clock").
     `auto_kv_capacity_tokens`: the pool `kv_capacity_tokens=auto` (the default) gives this
     executor: auto sizes a simulated GPU's memory, which says nothing of the host or device
     the real model runs on, so the real executor takes this stated number instead (recorded
@@ -199,6 +200,7 @@ class RealExecutorSchema:
     timer: str = "auto"
     timer_repeats: int = ranged(2, low=1, high=100)
     timer_reference_s: float | None = ranged(None, low=0.0, low_open=True, high=3600.0)
+    timer_prefill_repeats: int | None = ranged(None, low=1, high=100)
     auto_kv_capacity_tokens: int = ranged(16384, low=1, high=1 << 40)
 
 

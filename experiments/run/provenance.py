@@ -78,8 +78,8 @@ def real_model_summary(executor: Any, model_path: str, config: Mapping[str, Any]
     """summary.json's model and hardware fields for `executor=real`: the checkpoint's name
     (its `_name_or_path`, else the folder), path, layers, hidden size, the dtype and device
     it ran in, the device's name as the hardware, and the step timer as resolved for that
-    device (`timer`, `timer_repeats`, `timer_clock`; `timer_reference_s` and its source for
-    timer=reference)."""
+    device (`timer`, `timer_repeats`, `timer_prefill_repeats`, `timer_clock`;
+    `timer_reference_s` and its source for timer=reference)."""
     cfg = executor.model.config
     name = str((config or {}).get("_name_or_path") or "") or str(Path(model_path).resolve())
     return {"model": name, "model_path": str(model_path),
@@ -89,6 +89,7 @@ def real_model_summary(executor: Any, model_path: str, config: Mapping[str, Any]
             "device": str(executor.model.device),
             "hardware": device_name(executor.model.device),
             "timer": executor.timer.name, "timer_repeats": executor.timer.repeats,
+            "timer_prefill_repeats": executor.timer.prefill_repeats,
             "timer_clock": executor.timer.clock,
             "timer_reference_s": executor.timer.reference_s,
             "timer_reference_source": executor.timer.reference_source}
@@ -113,6 +114,7 @@ def sim_model_summary(model: Any, hardware: Any) -> dict[str, Any]:
             "num_hidden_layers": int(model.num_hidden_layers),
             "hidden_size": int(model.hidden_size), "dtype": None, "device": None,
             "hardware": hardware.name, "timer": None, "timer_repeats": None,
+            "timer_prefill_repeats": None,
             "timer_clock": None, "timer_reference_s": None, "timer_reference_source": None}
 
 

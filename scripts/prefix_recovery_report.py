@@ -343,13 +343,10 @@ def _cdf_panel(ax: Any, readm: pd.DataFrame, setting: str, loads: Sequence[float
         if missing:
             none.append(f"{_label(sched)} at "
                         f"{'every load' if not shown else ', '.join(missing)}")
-        for load_ in shown:
-            # a load's line style and shade are the same in every panel (by its rank among
-            # the figure's loads), so one load reads alike across settings
-            i = list(loads).index(load_)
+        for i, load_ in enumerate(shown):
             r = mine[mine[LOAD] == load_]
             mean, lo, hi, windows = pooled_cdf_band(r)
-            color = shade(base, 0.35 + 0.65 * (i + 1) / len(loads))
+            color = shade(base, 0.35 + 0.65 * (i + 1) / len(shown))
             n = len(r)
             line, = ax.step(GRID * 100, mean, where="post", color=color,
                             ls=_LOAD_STYLES[i % len(_LOAD_STYLES)],
@@ -461,7 +458,8 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
                 x = r["load"].to_numpy(dtype=np.float64) + dx
                 n = r["readmissions"].to_numpy()
                 few = n < FEW
-                _ci_series(top, x - _SERIES_DX, r["mean_share"].to_numpy(dtype=np.float64) * 100,
+                _ci_series(top, x - _SERIES_DX,
+                           r["mean_share"].to_numpy(dtype=np.float64) * 100,
                            r["mean_share_ci_lo"].to_numpy(dtype=np.float64) * 100,
                            r["mean_share_ci_hi"].to_numpy(dtype=np.float64) * 100,
                            few, color, marker, "-")

@@ -411,6 +411,8 @@ _SCHED_DX = 0.16
 _SERIES_DX = 0.06
 # The token-weighted share's marker and line (the mean per readmission has the scheduler's).
 _TOKEN_MARKER, _TOKEN_LS = "^", ":"
+# A note on a panel: on white, over the capacity line it may cross.
+_NOTE_BOX = {"fc": "white", "ec": "none", "pad": 1.0}
 
 
 def _ci_series(ax: Any, x: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -496,11 +498,11 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
                 top.text(0.03, 0.97, wrapped(f"{', '.join(missing)}: no readmission (n/a)",
                                              0.9),
                          transform=top.transAxes, ha="left", va="top",
-                         fontsize=FONT_FLOOR_PT, color="0.35")
+                         fontsize=FONT_FLOOR_PT, color="0.35", bbox=_NOTE_BOX)
             if zero_notes:
                 bottom.text(0.03, 0.97, wrapped("; ".join(zero_notes), 0.9),
                             transform=bottom.transAxes, ha="left", va="top",
-                            fontsize=FONT_FLOOR_PT, color="0.35")
+                            fontsize=FONT_FLOOR_PT, color="0.35", bbox=_NOTE_BOX)
             top.set_ylim(0, 105)
             bottom.set_ylim(bottom=0)
             bottom.set_xticks(loads, [f"{x:g}" for x in loads])

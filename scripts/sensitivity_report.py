@@ -367,6 +367,7 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
                 ax = axes[i * (nrow // len(scheds)) + j // ncol][j % ncol]
                 ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
                 has_data = nonzero = False
+                noted: dict[float, int] = {}
                 for k, (s, agg, _) in enumerate(settings):
                     rows = agg[agg["scheduler"] == sched].sort_values(LOAD).reset_index(
                         drop=True)
@@ -392,9 +393,12 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
                         shown[k] = s.label
                     if metric == RATIO:  # the victims of a hollow point, beside it
                         n = _victims(rows)
-                        for xi, yi, ni in zip(x, y, n, strict=True):
+                        for load, xi, yi, ni in zip(rows[LOAD], x, y, n, strict=True):
                             if np.isfinite(yi) and ni < FEW_VICTIMS:
-                                ax.annotate(f"n={int(ni)}", (xi, yi), xytext=(4, 0),
+                                # several at one load: one under the other
+                                below = noted.get(float(load), 0)
+                                noted[float(load)] = below + 1
+                                ax.annotate(f"n={int(ni)}", (xi, yi), xytext=(4, -8 * below),
                                             textcoords="offset points", ha="left",
                                             va="center", fontsize=FONT_FLOOR_PT,
                                             color=draw["color"])

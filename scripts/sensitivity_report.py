@@ -376,7 +376,7 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
                     # a small offset per setting, centred on the load, so that the error
                     # bars of the settings stand apart
                     x = (rows[LOAD].astype(float).to_numpy()
-                         + (k - (len(settings) - 1) / 2) * 0.022)
+                         + (k - (len(settings) - 1) / 2) * 0.018)
                     draw = _setting_style(k)
                     if metric == VICTIMS_N:
                         y = _victims(rows)
@@ -395,12 +395,13 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
                         n = _victims(rows)
                         for load, xi, yi, ni in zip(rows[LOAD], x, y, n, strict=True):
                             if np.isfinite(yi) and ni < FEW_VICTIMS:
-                                # several at one load: one under the other
+                                # above it (clear of the line at 1); several at one load:
+                                # one above the other
                                 below = noted.get(float(load), 0)
                                 noted[float(load)] = below + 1
-                                ax.annotate(f"n={int(ni)}", (xi, yi), xytext=(4, -8 * below),
-                                            textcoords="offset points", ha="left",
-                                            va="center", fontsize=FONT_FLOOR_PT,
+                                ax.annotate(f"n={int(ni)}", (xi, yi), xytext=(0, 5 + 8 * below),
+                                            textcoords="offset points", ha="center",
+                                            va="bottom", fontsize=FONT_FLOOR_PT,
                                             color=draw["color"])
                 title = ("Victims behind the ratio (n)" if metric == VICTIMS_N
                          else labels[metric])
@@ -433,7 +434,7 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
         note = ("; ".join(f"{SCHEDULER_LABELS.get(s, s)}: no eviction in any setting at "
                           "any load (no panels)" for s in quiet))
         fig_legend(fig, handles, wrapped(note, PAGE_IN) if note else "")
-        suptitle(fig, "Q1 across settings: the headline statistics against load (Azure conv"
+        suptitle(fig, "Q1 across settings, against load (Azure conv"
                  + _window_text(settings) + ")")
         return _save(fig, path)
 
@@ -454,7 +455,6 @@ def capacity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
         FONT_FLOOR_PT,
         PAGE_IN,
         _save,
-        fig_legend,
         log_ticks,
         scheduler_color,
         scheduler_marker,
@@ -514,7 +514,10 @@ def capacity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
                                color=shade(scheduler_color(s), 0.45), mec=scheduler_color(s),
                                label=f"{SCHEDULER_LABELS.get(s, s)}, each window's own")
                         for s in scheds]
-        fig_legend(fig, handles, "whisker: the upper end of the pooled search's bracket")
+        # a column of pooled values, one of windows (fig_legend would set 3, unevenly)
+        fig.legend(handles=handles, loc="outside lower center", ncol=2 if windowed else 1,
+                   title="whisker: the upper end of the pooled search's bracket",
+                   title_fontsize=FONT_FLOOR_PT)
         suptitle(fig, "SLO capacity per setting (Azure conv" + _window_text(settings) + ")")
         return _save(fig, path)
 

@@ -383,7 +383,7 @@ def recovery_cdf(readm: pd.DataFrame, jobs: pd.DataFrame, path: Path) -> Path:
                       title_fontsize=FONT_FLOOR_PT, fontsize=FONT_FLOOR_PT)
         axes[0][0].set_ylabel("fraction of readmissions (CDF)")
         suptitle(fig, "Prefix recovery per readmission: CDF over the readmissions pooled "
-                 "across windows (band: 95 % CI, bootstrap over windows; n: readmissions)")
+                 "across windows (band: 95\u00a0% CI, bootstrap over windows; n: readmissions)")
         return _save(fig, path)
 
 
@@ -471,10 +471,11 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
                            t["token_weighted_ci_lo"].to_numpy() * 100,
                            t["token_weighted_ci_hi"].to_numpy() * 100,
                            few, color, _TOKEN_MARKER, _TOKEN_LS)
-                # the readmissions behind each load's two points, a row per scheduler
-                for xi, ni in zip(x, n, strict=True):
-                    top.text(xi, 2 + 9 * k, f"n={ni}", ha="center", va="bottom",
-                             fontsize=FONT_FLOOR_PT, color=color)
+                # the readmissions behind each load's two points, a row per scheduler at the
+                # foot of the panel (the first "n=65", then "259": the loads are close)
+                for i, (xi, ni) in enumerate(zip(x, n, strict=True)):
+                    top.text(xi, 2 + 9 * k, f"n={ni}" if i == 0 else f"{ni}", ha="center",
+                             va="bottom", fontsize=FONT_FLOOR_PT, color=color)
                 c = rc[(rc["setting"] == setting) & (rc["scheduler"] == sched)]
                 xc = c["load"].to_numpy(dtype=np.float64) + dx
                 mc = c["recomputed_token_share"].to_numpy(dtype=np.float64) * 100
@@ -529,8 +530,8 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
                    label="recompute: min-max over windows"),
             capacity_handle()]
         fig_legend(fig, handles,
-                   "top: n = readmissions behind each load's points; bottom: mean over "
-                   f"{'/'.join(str(w) for w in windows)} windows")
+                   "top: n = readmissions behind each load's points (at the foot); "
+                   f"bottom: mean over {'/'.join(str(w) for w in windows)} windows")
         suptitle(fig, "Prefix recovery at readmission (top; a point only where the "
                  "scheduler readmitted a victim) and recompute share of all prefill (bottom)")
         return _save(fig, path)

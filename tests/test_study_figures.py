@@ -115,7 +115,7 @@ def test_recovery_vs_load_marks_few_readmissions_hollow_with_n_and_cis(tmp_path:
     assert sorted(f for x, f in faces if x < 1.75) == ["hollow", "hollow"]
     assert sorted(f for x, f in faces if x > 1.75) == ["filled", "filled"]
     texts = [t.get_text() for t in top.texts]
-    assert "n=20" in texts and "n=60" in texts
+    assert "n=20" in texts and "60" in texts  # the first of a row "n=", then the number
     # both series have their CI, in the scheduler's colour: 2 loads x 2 series
     colours = error_bar_colours(top)
     assert len(colours) == 4 and all(np.allclose(c, to_rgba(blue)) for c in colours)

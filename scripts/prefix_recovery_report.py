@@ -34,7 +34,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -398,7 +398,7 @@ def token_weighted_ci(readm: pd.DataFrame) -> pd.DataFrame:
         per = g.groupby(REALIZATION)[["recovered", "computed"]].sum()
         ratio, lo, hi = ratio_ci(per["computed"].to_numpy(dtype=np.float64),
                                  per["recovered"].to_numpy(dtype=np.float64), paired=True)
-        rows.append({"setting": setting, "scheduler": sched, "load": float(load_),
+        rows.append({"setting": setting, "scheduler": sched, "load": float(cast(float, load_)),
                      "token_weighted": ratio, "token_weighted_ci_lo": lo,
                      "token_weighted_ci_hi": hi})
     return pd.DataFrame(rows, columns=["setting", "scheduler", "load", "token_weighted",

@@ -66,7 +66,8 @@ def error_bar_colours(ax: Any) -> list[tuple[float, ...]]:
     out: list[tuple[float, ...]] = []
     for coll in ax.collections:
         if isinstance(coll, LineCollection):
-            colors, segments = coll.get_colors(), coll.get_segments()
+            colors = np.asarray(coll.get_colors(), dtype=float).reshape(-1, 4)
+            segments = coll.get_segments()
             for i in range(len(segments)):
                 out.append(tuple(np.round(colors[i % len(colors)], 6)))
     return out

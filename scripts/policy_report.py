@@ -22,11 +22,16 @@ rates, or `--load` for a part that ran one load, and writes into OUT:
   arrivals) of `VERSUS_METRICS`, its mean and 95 % bootstrap CI over realisations; `+`/`-`
   marks a CI that excludes 0;
 - `policies.png`: evictions, SLO attainment and p99 E2E latency against the policy, one
-  panel per scheduler and mode, one bar per load, with 95 % CIs;
-- `swap_vs_recompute.png`: p99 E2E latency against the policy, recompute against swap, per
-  scheduler and load, and the swap copy time share, with 95 % CIs;
+  panel per scheduler and mode, one bar per load, with 95 % CIs (error bars in a darker
+  shade of their bar); each scheduler on its own y scale (its modes share it);
+- `swap_vs_recompute.png`: p99 E2E latency of all requests against the policy, recompute
+  (circles) against swap (squares), side by side within each policy, a shade of the
+  scheduler's colour per load, and below the swap copy time (% of busy time), with 95 % CIs
+  over realisations in the colour of their series; a column per scheduler, each on its own
+  y scale;
 - `vs_default.png`: the paired differences of `vs_default.csv` (SLO attainment, p99 E2E
-  latency, evictions) against the policy, with their 95 % CIs.
+  latency, evictions) against the policy, with their 95 % CIs; each scheduler on its own y
+  scale.
 """
 
 from __future__ import annotations
@@ -48,12 +53,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.colors import to_rgb
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from experiments.report.figures import (
     COLUMN_IN,
-    HOLLOW_FACE,
     PAGE_IN,
     SCHEDULER_NAMES,
     LegendGroup,
@@ -337,21 +342,46 @@ def _load_handles(scheds: Sequence[str], loads: Sequence[float], patch: bool) ->
             for k, load in enumerate(loads)]
 
 
-_ERR = {"elinewidth": 0.6, "capsize": 1.5, "ecolor": "0.2"}
+def _err(color: Any) -> dict[str, Any]:
+    """Error bars in `color`: their series' own colour (a bar's: a darker shade of it, so
+    the part over the bar shows)."""
+    return {"elinewidth": 0.8, "capsize": 1.5, "capthick": 0.8, "ecolor": color}
+
+
+def _darker(color: Any, by: float = 0.45) -> tuple[float, float, float]:
+    """`color` darkened towards black (`by`: 0 the colour itself, 1 black)."""
+    r, g, b = to_rgb(color)
+    return (r * (1 - by), g * (1 - by), b * (1 - by))
 
 
 def _scheduler_mode_panels(frame: pd.DataFrame, n_rows: int
                            ) -> tuple[list[tuple[str, str]], list[str], float, Any, Any]:
     """The (scheduler, mode) columns that `frame` has rows for, the schedulers among them in
     order, and a figure of `n_rows` rows by those columns (one column wide when there is one,
-    a page wide otherwise; rows share y, columns share x)."""
+    a page wide otherwise; columns share x; in each row the modes of one scheduler share
+    their y scale, each scheduler its own: `_share_y_per_scheduler`)."""
     panels = [(s, m) for s in registry.names() for m in MODES
               if len(frame[(frame["scheduler"] == s) & (frame["mode"] == m)])]
     scheds = list(dict.fromkeys(s for s, _ in panels))
     width = COLUMN_IN if len(panels) == 1 else PAGE_IN
     fig, axes = plt.subplots(n_rows, len(panels), figsize=(width, 6.2), squeeze=False,
-                             sharey="row", sharex=True, layout="constrained")
+                             sharex=True, layout="constrained")
+    _share_y_per_scheduler(axes, [s for s, _ in panels])
     return panels, scheds, width, fig, axes
+
+
+def _share_y_per_scheduler(axes: Any, columns: Sequence[str]) -> None:
+    """In each row, the columns of one scheduler share its first column's y scale (and show
+    its tick labels only there): a scheduler with few evictions is not drawn on another's
+    scale, where its bars would not show."""
+    for row in axes:
+        first: dict[str, Any] = {}
+        for ax, sched in zip(row, columns, strict=True):
+            if sched in first:
+                ax.sharey(first[sched])
+                ax.tick_params(labelleft=False)
+            else:
+                first[sched] = ax
 
 
 def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
@@ -371,8 +401,9 @@ def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
                 ax = axes[r][c]
                 for k, load in enumerate(loads):
                     mean, err = _series(g[g["load"] == load], metric, scale)
+                    color = _load_shade(sched, k, len(loads))
                     ax.bar(x + (k - (len(loads) - 1) / 2) * w, mean, w, yerr=err,
-                           color=_load_shade(sched, k, len(loads)), error_kw=_ERR)
+                           color=color, error_kw=_err(_darker(color)))
                 ax.grid(axis="x", visible=False)
                 _policy_axis(ax, labelled=r == len(metrics) - 1)
                 if r == 0:
@@ -382,18 +413,35 @@ def policy_figure(stats: pd.DataFrame, path: Path) -> Path:
                     ax.set_ylabel(wrapped(label, 1.6))
         fig_legend(fig, _load_handles(scheds, loads, patch=True),
                    ("bars: load, light to dark; " if len(loads) > 1 else "")
-                   + "error bars: 95 % CI over realisations")
+                   + "error bars: 95 % CI over realisations"
+                   + ("; each scheduler on its own y scale" if len(scheds) > 1 else ""))
         suptitle(fig, "Evictions, SLO attainment and tail latency per victim policy")
         return _save(fig, path)
 
 
+# recompute and swap: marker (both filled: hollow marks a statistic from few victims in
+# the shared figures)
+_MODE_MARKERS = {"recompute": "o", "swap": "s"}
+
+
+def _dodge(n: int) -> list[float]:
+    """The sideways offsets of n series within a policy's category (most of its width)."""
+    step = 0.7 / max(n, 1)
+    return [(i - (n - 1) / 2) * step for i in range(n)]
+
+
 def swap_figure(stats: pd.DataFrame, path: Path) -> Path:
-    """p99 E2E latency against the policy, recompute (solid) against swap (dashed), one
-    line per load, one panel per scheduler; below, the swap copy time share; 95 % CIs."""
+    """p99 E2E latency against the policy, recompute (circles) against swap (squares), a
+    shade per load, side by side within each policy; below, the swap copy time share; a
+    column per scheduler, each on its own y scale; 95 % CIs."""
     loads = sorted(stats["load"].unique())
     scheds = [s for s in registry.names() if s in set(stats["scheduler"])]
+    modes = [m for m in MODES if m in set(stats["mode"])]
     x = np.arange(len(POLICIES))
-    modes = (("recompute", "-", "o", None, -0.08), ("swap", "--", "s", HOLLOW_FACE, 0.08))
+    # every (load, mode) series its own place in the category: recompute and swap of a load
+    # side by side, so that neither hides the other where they are alike
+    series = [(load, mode) for load in loads for mode in modes]
+    offset = dict(zip(series, _dodge(len(series)), strict=True))
     width = COLUMN_IN if len(scheds) == 1 else PAGE_IN
     with style():
         fig, axes = plt.subplots(2, len(scheds), figsize=(width, 4.6), squeeze=False,
@@ -401,32 +449,39 @@ def swap_figure(stats: pd.DataFrame, path: Path) -> Path:
         for c, sched in enumerate(scheds):
             for k, load in enumerate(loads):
                 color = _load_shade(sched, k, len(loads))
-                for mode, ls, marker, face, dx in modes:
+                for mode in modes:
                     g = stats[(stats["scheduler"] == sched) & (stats["mode"] == mode)
                               & (stats["load"] == load)]
                     if g.empty:
                         continue
+                    at = x + offset[(load, mode)]
                     mean, err = _series(g, "p99_e2el_ms", 1e-3)
-                    axes[0][c].errorbar(x + dx, mean, yerr=err, ls=ls, marker=marker,
-                                        mfc=face, color=color, **_ERR)
+                    axes[0][c].errorbar(at, mean, yerr=err, ls="none",
+                                        marker=_MODE_MARKERS[mode], color=color,
+                                        **_err(color))
                     if mode == "swap":
                         mean, err = _series(g, "swap_time_share", 100.0)
-                        axes[1][c].errorbar(x, mean, yerr=err, ls=ls, marker=marker,
-                                            mfc=face, color=color, **_ERR)
+                        axes[1][c].errorbar(at, mean, yerr=err, ls="none",
+                                            marker=_MODE_MARKERS[mode], color=color,
+                                            **_err(color))
             for r, label in enumerate(("p99 E2E latency, all requests (s)",
-                                       "copy time (% of busy time)")):
-                _policy_axis(axes[r][c], labelled=r == 1)
+                                       "swap copy time (% of busy time)")):
+                ax = axes[r][c]
+                _policy_axis(ax, labelled=r == 1)
+                ax.grid(axis="x", visible=False)
+                for edge in np.arange(len(POLICIES) - 1) + 0.5:  # the policies' categories
+                    ax.axvline(edge, color="0.9", lw=0.5, zorder=0)
                 if c == 0:
-                    axes[r][c].set_ylabel(wrapped(label, 1.6))
+                    ax.set_ylabel(wrapped(label, 1.6))
             axes[0][c].set_title(SCHEDULER_NAMES.get(sched, sched))
         handles: list[Any] = [
-            LegendGroup(tuple(Line2D([], [], color=scheduler_color(s), ls=ls, marker=marker,
-                                     mfc=face) for s in scheds), mode)
-            for mode, ls, marker, face, _ in modes]
+            LegendGroup(tuple(Line2D([], [], color=scheduler_color(s), ls="",
+                                     marker=_MODE_MARKERS[m]) for s in scheds), m)
+            for m in modes]
         fig_legend(fig, handles + _load_handles(scheds, loads, patch=False),
-                   "error bars: 95 % CI over realisations")
-        suptitle(fig, "Recompute against swap: tail latency and copy cost per victim policy "
-                      "(colour: scheduler, shade: load)")
+                   wrapped("error bars: 95 % CI over realisations"
+                           + ("; shade: load" if len(loads) > 1 else ""), width))
+        suptitle(fig, "Recompute against swap per victim policy")
         return _save(fig, path)
 
 
@@ -455,8 +510,9 @@ def versus_figure(vs: pd.DataFrame, path: Path) -> Path:
                     err = np.clip(np.vstack([np.nan_to_num(mean - lo), np.nan_to_num(hi - mean)]),
                                   0.0, None)
                     dx = (k - (len(loads) - 1) / 2) * 0.15
-                    ax.errorbar(x + dx, mean, yerr=err, ls="none", marker="o",
-                                color=_load_shade(sched, k, len(loads)), **_ERR)
+                    color = _load_shade(sched, k, len(loads))
+                    ax.errorbar(x + dx, mean, yerr=err, ls="none", marker="o", color=color,
+                                **_err(color))
                 ax.set_xticks(x, [p.replace("_", " ") for p in others]
                               if r == len(metrics) - 1 else [], rotation=90)
                 ax.set_xlim(-0.6, len(others) - 0.4)
@@ -466,7 +522,8 @@ def versus_figure(vs: pd.DataFrame, path: Path) -> Path:
                 if c == 0:
                     ax.set_ylabel(wrapped(label, 1.6))
         fig_legend(fig, _load_handles(scheds, loads, patch=False),
-                   "paired by realisation (same requests and arrivals); error bars: 95 % CI")
+                   "paired by realisation (same requests and arrivals); error bars: 95 % CI"
+                   + ("; each scheduler on its own y scale" if len(scheds) > 1 else ""))
         suptitle(fig, "Each victim policy against the default, realisation by realisation")
         return _save(fig, path)
 

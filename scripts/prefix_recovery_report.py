@@ -18,9 +18,13 @@ reads each setting's load sweep (a Hydra multirun over `scheduler`, `workload.lo
   the outputs cut per window, the capacity, the loads);
 - `recovery_cdf.png` (+ PDF): per setting, the CDF over readmissions of the share recovered,
   one line per scheduler and load (pooled over the windows, with a 95 % band by the bootstrap
-  over windows);
-- `recovery_vs_load.png` (+ PDF): per setting, the mean share recovered per readmission, the
-  token-weighted share and the recompute share against load, with CIs and the min-max range.
+  over windows), its legend below the panel with each curve's readmissions n (flagged under
+  30) and windows;
+- `recovery_vs_load.png` (+ PDF): per setting, against load, the mean share recovered per
+  readmission and the token-weighted share, each with its 95 % CI over the windows, hollow
+  where fewer than 30 readmissions are behind it and the readmissions n written under each
+  load (top), and the recompute share of all prefill with its CI and min-max over windows
+  (bottom).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,8 +47,24 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from experiments.report.analysis import load
-from experiments.report.figures import _save, scheduler_color, shade, style, suptitle, wrapped
-from experiments.report.realizations import REALIZATION, bootstrap_ci
+from experiments.report.figures import (
+    CAPACITY_LINE,
+    COLUMN_IN,
+    FONT_FLOOR_PT,
+    HOLLOW_FACE,
+    PAGE_IN,
+    ZERO_ZORDER,
+    _save,
+    capacity_handle,
+    fig_legend,
+    scheduler_color,
+    scheduler_marker,
+    shade,
+    style,
+    suptitle,
+    wrapped,
+)
+from experiments.report.realizations import REALIZATION, bootstrap_ci, ratio_ci
 from experiments.report.recovery import readmissions, share_cdf
 from experiments.report.tables import load_sweep
 from experiments.results.sinks import write_text
@@ -309,7 +329,9 @@ _LOAD_STYLES = ("-", "--", "-.", ":", (0, (1, 1)))
 
 
 def _cdf_panel(ax: Any, readm: pd.DataFrame, setting: str, loads: Sequence[float],
-               scheds: Sequence[str]) -> list[Any]:
+               scheds: Sequence[str]) -> tuple[list[Any], str]:
+    """One setting's CDFs; its legend entries (one per curve, with the readmissions n and
+    the windows behind it) and its note on what it lacks (n/a: no readmission)."""
     handles: list[Any] = []
     none = []
     for sched in scheds:
@@ -328,107 +350,190 @@ def _cdf_panel(ax: Any, readm: pd.DataFrame, setting: str, loads: Sequence[float
             n = len(r)
             line, = ax.step(GRID * 100, mean, where="post", color=color,
                             ls=_LOAD_STYLES[i % len(_LOAD_STYLES)],
-                            label=f"{_label(sched)} {load_:g}x (n={n}"
-                                  f"{'*' if n < FEW else ''}, {windows} windows)")
+                            label=f"{_label(sched)} {load_:g}x: n={n}"
+                                  f"{f' (< {FEW})' if n < FEW else ''}, {windows} windows")
             if not np.isnan(lo).all():
                 ax.fill_between(GRID * 100, lo, hi, step="post", color=color, alpha=0.08,
                                 lw=0)
             handles.append(line)
     ax.set_xlim(0, 100)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("share of its computed tokens found cached\nat readmission (%)")
-    ax.set_ylabel("fraction of readmissions (CDF)")
+    ax.set_xlabel("share of its computed tokens\nfound cached at readmission (%)")
     ax.set_title(SETTING_TITLES.get(setting, setting))
-    if none:
-        ax.annotate(wrapped("no readmission (n/a): " + "; ".join(none), 3.0), (0.0, -0.40),
-                    xycoords="axes fraction", ha="left", va="top", fontsize=6, color="0.35")
-    return handles
+    return handles, ("no readmission (n/a): " + "; ".join(none)) if none else ""
 
 
 def recovery_cdf(readm: pd.DataFrame, jobs: pd.DataFrame, path: Path) -> Path:
-    """The CDF figure (see the module docstring)."""
+    """The CDF figure (see the module docstring): a panel per setting, its legend (each
+    curve's readmissions n and windows) below it."""
     settings = list(dict.fromkeys(jobs["setting"]))
     scheds = [s for s in registry.names() if s in set(jobs["scheduler"])]
     loads = sorted(float(x) for x in jobs[LOAD].unique())
+    width = PAGE_IN if len(settings) > 1 else COLUMN_IN
     with style():
-        fig, axes = plt.subplots(1, len(settings), figsize=(3.4 * len(settings), 3.8),
-                                 squeeze=False, sharey=True)
+        fig, axes = plt.subplots(1, len(settings), figsize=(width, 3.6), squeeze=False,
+                                 sharey=True, layout="constrained")
         for ax, setting in zip(axes[0], settings, strict=True):
             ran = set(jobs.loc[jobs["setting"] == setting, "scheduler"])
-            handles = _cdf_panel(ax, readm, setting, loads, [x for x in scheds if x in ran])
-            ax.legend(handles=handles, loc="upper left", fontsize=6)
+            handles, note = _cdf_panel(ax, readm, setting, loads,
+                                       [x for x in scheds if x in ran])
+            # below the panel (its curves fill it): the curves with their n, then what is n/a
+            ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.3),
+                      title=wrapped(note, width / len(settings)) if note else None,
+                      title_fontsize=FONT_FLOOR_PT, fontsize=FONT_FLOOR_PT)
+        axes[0][0].set_ylabel("fraction of readmissions (CDF)")
         suptitle(fig, "Prefix recovery per readmission: CDF over the readmissions pooled "
-                 "across windows (95 % band: bootstrap over windows; load in x each "
-                 "scheduler's capacity; n: readmissions, *: n < 30)")
-        fig.tight_layout()
+                 "across windows (band: 95\u00a0% CI, bootstrap over windows; n: readmissions)")
         return _save(fig, path)
 
 
-def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, path: Path) -> Path:
-    """The against-load figure (see the module docstring)."""
+def token_weighted_ci(readm: pd.DataFrame) -> pd.DataFrame:
+    """Per setting, scheduler and load with a readmission: the token-weighted share
+    recovered (all readmissions' recovered tokens over their computed ones) and its 95 % CI
+    by the paired percentile bootstrap over the windows with a readmission (a window's
+    recovered and computed tokens resampled together: `realizations.ratio_ci`)."""
+    rows = []
+    keys = ["setting", "scheduler", LOAD]
+    for (setting, sched, load_), g in readm.groupby(keys, sort=False):
+        per = g.groupby(REALIZATION)[["recovered", "computed"]].sum()
+        ratio, lo, hi = ratio_ci(per["computed"].to_numpy(dtype=np.float64),
+                                 per["recovered"].to_numpy(dtype=np.float64), paired=True)
+        rows.append({"setting": setting, "scheduler": sched, "load": float(cast(float, load_)),
+                     "token_weighted": ratio, "token_weighted_ci_lo": lo,
+                     "token_weighted_ci_hi": hi})
+    return pd.DataFrame(rows, columns=["setting", "scheduler", "load", "token_weighted",
+                                       "token_weighted_ci_lo", "token_weighted_ci_hi"])
+
+
+# Sideways offsets (in load units) of a scheduler's series, and of the token-weighted share
+# from the mean per readmission at the same load, so their error bars stand apart.
+_SCHED_DX = 0.16
+_SERIES_DX = 0.06
+# The token-weighted share's marker and line (the mean per readmission has the scheduler's).
+_TOKEN_MARKER, _TOKEN_LS = "^", ":"
+# A note on a panel: on white, over the capacity line it may cross.
+_NOTE_BOX = {"fc": "white", "ec": "none", "pad": 1.0}
+
+
+def _ci_series(ax: Any, x: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+               few: np.ndarray, color: Any, marker: str, ls: Any, clip: bool = True) -> None:
+    """A series against load: its line, its CI as error bars in its colour, its markers
+    (hollow where `few`)."""
+    layer = {} if clip else {"clip_on": False, "zorder": ZERO_ZORDER}
+    ax.plot(x, y, color=color, ls=ls, lw=1.0, marker="", **layer)
+    has = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(y)
+    if has.any():
+        err = np.vstack([np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)])[:, has]
+        ax.errorbar(x[has], y[has], yerr=err, fmt="none", ecolor=color, elinewidth=0.8,
+                    capsize=2.0, capthick=0.8, **layer)
+    for hollow in (False, True):
+        pick = (few == hollow) & np.isfinite(y)
+        if pick.any():
+            ax.plot(x[pick], y[pick], ls="", marker=marker, color=color, mec=color,
+                    mfc=HOLLOW_FACE if hollow else color, **layer)
+
+
+def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
+                     path: Path) -> Path:
+    """The against-load figure (see the module docstring): top, per readmission the mean
+    share recovered and the token-weighted share, each with its 95 % CI over the windows,
+    hollow from fewer than `FEW` readmissions, the readmissions n under each load; bottom,
+    the recompute share of all prefill, mean over the windows with its 95 % CI and min-max."""
     settings = list(dict.fromkeys(rec["setting"]))
     scheds = [s for s in registry.names() if s in set(rec["scheduler"])]
+    loads = sorted(float(x) for x in rec["load"].unique())
+    tw = token_weighted_ci(readm)
+    width = PAGE_IN if len(settings) > 1 else COLUMN_IN
     with style():
-        fig, axes = plt.subplots(2, len(settings), figsize=(3.4 * len(settings), 4.6),
-                                 squeeze=False, sharex=True)
+        fig, axes = plt.subplots(2, len(settings), figsize=(width, 4.9), squeeze=False,
+                                 sharex=True, layout="constrained")
         for col, setting in enumerate(settings):
             top, bottom = axes[0][col], axes[1][col]
-            ran = set(rec.loc[rec["setting"] == setting, "scheduler"])
-            for k, sched in enumerate(x for x in scheds if x in ran):
-                color = scheduler_color(sched)
-                dx = (k - (len(scheds) - 1) / 2) * 0.05
-                r = rec[(rec["setting"] == setting) & (rec["scheduler"] == sched)]
-                ok = r["readmissions"] > 0
+            ran = [x for x in scheds if x in set(rec.loc[rec["setting"] == setting,
+                                                         "scheduler"])]
+            zero_notes = []
+            for k, sched in enumerate(ran):
+                color, marker = scheduler_color(sched), scheduler_marker(sched)
+                dx = (k - (len(ran) - 1) / 2) * _SCHED_DX
+                r = rec[(rec["setting"] == setting) & (rec["scheduler"] == sched)
+                        & (rec["readmissions"] > 0)]
                 x = r["load"].to_numpy(dtype=np.float64) + dx
-                m = r["mean_share"].to_numpy(dtype=np.float64) * 100
-                err = np.abs(np.vstack([r["mean_share_ci_lo"], r["mean_share_ci_hi"]]) * 100 - m)
-                top.errorbar(x[ok], m[ok], yerr=np.nan_to_num(err[:, ok.to_numpy()]),
-                             color=color, marker="o", capsize=2, lw=1)
-                top.plot(x[ok], r["token_weighted"].to_numpy()[ok] * 100, color=color,
-                         marker="x", ls=":", lw=0.8)
+                n = r["readmissions"].to_numpy()
+                few = n < FEW
+                _ci_series(top, x - _SERIES_DX,
+                           r["mean_share"].to_numpy(dtype=np.float64) * 100,
+                           r["mean_share_ci_lo"].to_numpy(dtype=np.float64) * 100,
+                           r["mean_share_ci_hi"].to_numpy(dtype=np.float64) * 100,
+                           few, color, marker, "-")
+                t = tw[(tw["setting"] == setting) & (tw["scheduler"] == sched)].set_index(
+                    "load").reindex(r["load"].to_numpy(dtype=np.float64))
+                _ci_series(top, x + _SERIES_DX, t["token_weighted"].to_numpy() * 100,
+                           t["token_weighted_ci_lo"].to_numpy() * 100,
+                           t["token_weighted_ci_hi"].to_numpy() * 100,
+                           few, color, _TOKEN_MARKER, _TOKEN_LS)
+                # the readmissions behind each load's two points, a row per scheduler at the
+                # foot of the panel (the first "n=65", then "259": the loads are close)
+                for i, (xi, ni) in enumerate(zip(x, n, strict=True)):
+                    top.text(xi, 2 + 9 * k, f"n={ni}" if i == 0 else f"{ni}", ha="center",
+                             va="bottom", fontsize=FONT_FLOOR_PT, color=color)
                 c = rc[(rc["setting"] == setting) & (rc["scheduler"] == sched)]
                 xc = c["load"].to_numpy(dtype=np.float64) + dx
                 mc = c["recomputed_token_share"].to_numpy(dtype=np.float64) * 100
-                lo = c["recomputed_token_share_ci_lo"].to_numpy(dtype=np.float64) * 100
-                hi = c["recomputed_token_share_ci_hi"].to_numpy(dtype=np.float64) * 100
                 bottom.vlines(xc, c["recomputed_token_share_min"] * 100,
                               c["recomputed_token_share_max"] * 100, color=shade(color, 0.3),
-                              lw=3)
+                              lw=3, zorder=1.5)
                 zero = bool((mc == 0).all())  # drawn on top, unclipped, and said on the panel
-                bottom.errorbar(xc, mc, yerr=np.nan_to_num(np.abs(np.vstack([lo, hi]) - mc)),
-                                color=color, marker="o", capsize=2, lw=1, clip_on=not zero,
-                                zorder=3 if zero else 2)
+                _ci_series(bottom, xc, mc,
+                           c["recomputed_token_share_ci_lo"].to_numpy(dtype=np.float64) * 100,
+                           c["recomputed_token_share_ci_hi"].to_numpy(dtype=np.float64) * 100,
+                           np.zeros(len(c), dtype=bool), color, marker, "-", clip=not zero)
                 if zero:
-                    bottom.text(0.02, 0.93 - 0.08 * k, f"{_label(sched)}: 0 at every load",
-                                transform=bottom.transAxes, fontsize=6, color="0.35")
+                    zero_notes.append(f"{_label(sched)}: 0 at every load")
             for ax in (top, bottom):
-                ax.axvline(1.0, color="0.5", lw=0.7, ls="--")
-            top.text(1.0, 1.0, " saturation", transform=top.get_xaxis_transform(),
-                     fontsize=6, color="0.4", va="top")
+                ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
             top.set_title(SETTING_TITLES.get(setting, setting))
-            missing = [_label(x) for x in scheds if x in ran
+            missing = [_label(x) for x in ran
                        if not ((rec["setting"] == setting) & (rec["scheduler"] == x)
                                & (rec["readmissions"] > 0)).any()]
             if missing:
-                top.text(0.02, 0.04, f"{', '.join(missing)}: no readmission at any load (n/a)",
-                         transform=top.transAxes, fontsize=6, color="0.35")
+                top.text(0.03, 0.97, wrapped(f"{', '.join(missing)}: no readmission (n/a)",
+                                             0.9),
+                         transform=top.transAxes, ha="left", va="top",
+                         fontsize=FONT_FLOOR_PT, color="0.35", bbox=_NOTE_BOX)
+            if zero_notes:
+                bottom.text(0.03, 0.97, wrapped("; ".join(zero_notes), 0.9),
+                            transform=bottom.transAxes, ha="left", va="top",
+                            fontsize=FONT_FLOOR_PT, color="0.35", bbox=_NOTE_BOX)
             top.set_ylim(0, 105)
-            top.set_ylabel("recovered at readmission (%)")
-            bottom.set_ylabel("recomputed of all prefill (%)")
-            bottom.set_xlabel("load (x each scheduler's capacity)")
             bottom.set_ylim(bottom=0)
-        handles = [Line2D([], [], color=scheduler_color(s), marker="o", label=_label(s))
-                   for s in scheds]
-        handles += [Line2D([], [], color="0.3", marker="o", label="mean per readmission, 95 % CI"),
-                    Line2D([], [], color="0.3", marker="x", ls=":", label="token-weighted"),
-                    Line2D([], [], color=shade(scheduler_color(scheds[0]), 0.3), lw=3,
-                           label="min-max over windows")]
-        fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=6,
-                   bbox_to_anchor=(0.5, -0.02))
-        suptitle(fig, "Prefix recovery per readmission (top; a point only where the scheduler "
-                 "readmitted a victim) and recompute as a share of all prefill (bottom) "
-                 "against load")
-        fig.tight_layout(rect=(0, 0.08, 1, 1))
+            bottom.set_xticks(loads, [f"{x:g}" for x in loads])
+            bottom.set_xlabel("load (× capacity)")
+            if col == 0:
+                top.set_ylabel("recovered at\nreadmission (%)")
+                bottom.set_ylabel("recomputed of\nall prefill (%)")
+            else:
+                top.tick_params(labelleft=False)
+        windows = sorted({int(w) for w in rc["windows"]})
+        grey = "0.3"
+        handles: list[Any] = [Line2D([], [], color=scheduler_color(s), ls="",
+                                    marker=scheduler_marker(s), label=_label(s))
+                              for s in scheds]
+        handles += [
+            Line2D([], [], color=grey, marker="o", ls="-", label="mean per readmission"),
+            Line2D([], [], color=grey, marker=_TOKEN_MARKER, ls=_TOKEN_LS,
+                   label="token-weighted (recovered / computed tokens)"),
+            Line2D([], [], color=grey, ls="", marker="|", markersize=8,
+                   label="bar: 95 % CI over windows"),
+            Line2D([], [], color=grey, ls="", marker="o", mfc=HOLLOW_FACE,
+                   label=f"hollow: n < {FEW} readmissions"),
+            Line2D([], [], color=shade(grey, 0.3), lw=3,
+                   label="recompute: min-max over windows"),
+            capacity_handle()]
+        fig_legend(fig, handles,
+                   "top: n = readmissions behind each load's points (at the foot); "
+                   f"bottom: mean over {'/'.join(str(w) for w in windows)} windows")
+        suptitle(fig, "Prefix recovery at readmission (top; a point only where the "
+                 "scheduler readmitted a victim) and recompute share of all prefill (bottom)")
         return _save(fig, path)
 
 
@@ -463,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                + settings_markdown(pd.concat(settings, ignore_index=True)),
                out / "settings.md")
     recovery_cdf(readm, jobs, out / "recovery_cdf.png")
-    recovery_vs_load(rec, rc, out / "recovery_vs_load.png")
+    recovery_vs_load(rec, rc, readm, out / "recovery_vs_load.png")
     print(f"prefix_recovery_report: {len(readm)} readmissions over {len(jobs)} jobs -> {out}")
     return 0
 

@@ -15,7 +15,11 @@ and writes into the study folder:
   `mean [lo, hi]` and `n=` victims), and the capacity of every setting, pooled and, for a
   search per window, each window's own with the rate each load meant there;
 - `sensitivity_vs_load.png/.pdf`: the headline statistics against load, one line per
-  setting, a row per scheduler; `capacity_by_setting.png/.pdf`: the capacities.
+  setting (mean over the realisations with its 95 % CI; a victim ratio from fewer than 30
+  victims hollow, its n beside it) and the victims the ratio rests on, a block of panels per
+  scheduler that evicted in some setting (one that never did is said in the legend);
+  `capacity_by_setting.png/.pdf`: every setting's capacity in req/s, pooled over the windows
+  (whisker: the upper end of the search's bracket, value at the right) and each window's own.
 Everything written is a function of those inputs (no dates, no paths), so a rerun rewrites
 it byte for byte.
 """
@@ -24,12 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -271,104 +275,258 @@ def write_markdown(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict
     (study / "summary.md").write_text("\n".join(out))
 
 
-def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
-                  ) -> None:
+# Each setting's colour and marker in the figures (the main setting black; no scheduler's
+# colour, which the figures keep for the schedulers), in `SETTINGS` order.
+SETTING_COLORS = ("#1a1a1a", "#2b9348", "#c9184a", "#8e44ad", "#7f5539", "#d4a017", "#0f7c8c")
+SETTING_MARKERS = "osD^vPX"
+# The statistics against load: per scheduler a block of panels, two a row; the last panel
+# the victims the ratio rests on.
+VICTIMS_N = "victims_n"
+RATIO = "victim_e2el_median_ratio"
+FIGURE_ROW_IN = 1.9
+
+
+def _setting_style(k: int) -> dict[str, Any]:
+    return {"color": SETTING_COLORS[k % len(SETTING_COLORS)],
+            "marker": SETTING_MARKERS[k % len(SETTING_MARKERS)], "ls": "-"}
+
+
+def _victims(rows: pd.DataFrame) -> np.ndarray:
+    """The victims each row's victim ratio rests on (NaN where the table has no count)."""
+    column = f"{RATIO}_n"
+    if column not in rows:
+        return np.full(len(rows), np.nan)
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)
+
+
+def _drawn(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]], sched: str) -> bool:
+    """Whether the scheduler has a non-zero value of a plotted statistic in some setting (a
+    scheduler at 0 everywhere gets no panels: the figure says so)."""
+    for _s, agg, _cap in settings:
+        rows = agg[agg["scheduler"] == sched]
+        for metric in PLOTTED:
+            if metric in rows:
+                v = pd.to_numeric(rows[metric], errors="coerce").dropna()
+                if (v != 0).any():
+                    return True
+    return False
+
+
+def _ran(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]], sched: str) -> bool:
+    return any((agg["scheduler"] == sched).any() for _s, agg, _cap in settings)
+
+
+def _window_text(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]) -> str:
+    sizes = {int(cap.get("config", {}).get("workload", {}).get("max_requests") or 0)
+             for _s, _agg, cap in settings}
+    return f", windows of {sizes.pop()} requests" if len(sizes) == 1 and 0 not in sizes else ""
+
+
+def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
+                       path: Path) -> Path:
+    """The headline statistics against load, one line per setting (mean over the windows,
+    95 % CI; a victim ratio from fewer than 30 victims hollow) and the victims behind the
+    ratio, a block of panels per scheduler with a non-zero statistic."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    colors = [plt.get_cmap("tab10")(i) for i in range(10)]
-    markers = "osD^vPX"
-    fig, axes = plt.subplots(len(SCHEDULERS), len(PLOTTED), figsize=(13, 7.2), sharex=True,
-                             squeeze=False)
+    from experiments.report.figures import (
+        CAPACITY_LINE,
+        FONT_FLOOR_PT,
+        PAGE_IN,
+        ZERO_ZORDER,
+        LegendMarks,
+        _save,
+        capacity_handle,
+        ci_points,
+        fig_legend,
+        style,
+        suptitle,
+        wrapped,
+    )
+    from experiments.report.realizations import FEW_VICTIMS
+
     labels = dict(STATISTICS)
     scale = {"preempted_request_share": 100.0, "recomputed_token_share": 100.0}
-    for i, sched in enumerate(SCHEDULERS):
-        for j, metric in enumerate(PLOTTED):
-            ax = axes[i][j]
-            ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
-            has_data = nonzero = False
-            for k, (s, agg, _) in enumerate(settings):
-                rows = agg[agg["scheduler"] == sched].sort_values(LOAD)
-                if rows.empty:
-                    continue
-                f = scale.get(metric, 1.0)
-                # a small offset per setting, centred on the load, so error bars do not hide
-                # each other
-                x = rows[LOAD].astype(float).to_numpy() + (k - (len(settings) - 1) / 2) * 0.008
-                y = rows[metric].to_numpy(dtype=float) * f
-                has_data = has_data or not all(math.isnan(v) for v in y)
-                nonzero = nonzero or any(v != 0 and not math.isnan(v) for v in y)
-                lo = rows[f"{metric}_ci_lo"].to_numpy(dtype=float) * f
-                hi = rows[f"{metric}_ci_hi"].to_numpy(dtype=float) * f
-                err = [[0 if math.isnan(a) else max(b - a, 0) for a, b in zip(lo, y, strict=True)],
-                       [0 if math.isnan(c) else max(c - b, 0) for b, c in zip(y, hi, strict=True)]]
-                ax.errorbar(x, y, yerr=err, color=colors[k], marker=markers[k], ms=4, lw=1.2,
-                            capsize=2, label=s.label)
-            if metric == "victim_e2el_median_ratio":
-                ax.axhline(1.0, color="0.6", lw=0.8)
-            if has_data and not nonzero:
-                ax.text(0.5, 0.6, "0 in every setting at every load", transform=ax.transAxes,
-                        ha="center", va="center", color="0.4", fontsize=9)
-            if not has_data:
-                ax.text(0.5, 0.5, "no victims in any run", transform=ax.transAxes,
-                        ha="center", va="center", color="0.4", fontsize=9)
-            ax.set_title(f"{SCHEDULER_LABELS[sched]}: {labels[metric]}", fontsize=9.5)
-            if i == len(SCHEDULERS) - 1:
-                ax.set_xlabel("load (x the scheduler's own capacity; 1 = saturation)")
-            ax.grid(alpha=0.3)
-    handles, names = [], []
-    for ax in axes.flat:
-        for h, n in zip(*ax.get_legend_handles_labels(), strict=True):
-            if n not in names:
-                handles.append(h)
-                names.append(n)
-    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
-    fig.suptitle("Q1 across settings: Azure conv, 5 windows of 300 requests per point "
-                 "(mean, 95 % CI); an empty ratio: no victims", fontsize=10.5)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
-    for ext in ("png", "pdf"):
-        fig.savefig(study / f"sensitivity_vs_load.{ext}", dpi=150,
-                    metadata={"CreationDate": None} if ext == "pdf" else {})
-    plt.close(fig)
+    panels = [*PLOTTED, VICTIMS_N]
+    scheds = [s for s in SCHEDULERS if _drawn(settings, s)]
+    quiet = [s for s in SCHEDULERS if _ran(settings, s) and s not in scheds]
+    loads = sorted({float(x) for _s, agg, _c in settings for x in agg[LOAD]})
+    ncol = 2
+    nrow = max(1, len(scheds)) * -(-len(panels) // ncol)
+    marks = LegendMarks()
+    shown: dict[int, str] = {}
+    with style():
+        fig, axes = plt.subplots(nrow, ncol, figsize=(PAGE_IN, 0.9 + FIGURE_ROW_IN * nrow),
+                                 squeeze=False, sharex=True, layout="constrained")
+        for i, sched in enumerate(scheds):
+            for j, metric in enumerate(panels):
+                ax = axes[i * (nrow // len(scheds)) + j // ncol][j % ncol]
+                ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
+                has_data = nonzero = False
+                noted: dict[float, int] = {}
+                for k, (s, agg, _) in enumerate(settings):
+                    rows = agg[agg["scheduler"] == sched].sort_values(LOAD).reset_index(
+                        drop=True)
+                    if rows.empty:
+                        continue
+                    # a small offset per setting, centred on the load, so that the error
+                    # bars of the settings stand apart
+                    x = (rows[LOAD].astype(float).to_numpy()
+                         + (k - (len(settings) - 1) / 2) * 0.018)
+                    draw = _setting_style(k)
+                    if metric == VICTIMS_N:
+                        y = _victims(rows)
+                        has_data = has_data or bool(np.isfinite(y).any())
+                        nonzero = nonzero or bool((np.nan_to_num(y) > 0).any())
+                        ax.plot(x, y, ls=draw["ls"], marker=draw["marker"], color=draw["color"])
+                    else:
+                        y = pd.to_numeric(rows[metric], errors="coerce").to_numpy(dtype=float)
+                        has_data = has_data or bool(np.isfinite(y).any())
+                        nonzero = nonzero or bool((np.nan_to_num(y) != 0).any())
+                        ci_points(ax, rows, metric, scale.get(metric, 1.0), x, draw, marks,
+                                  line=True)
+                    if np.isfinite(y).any():
+                        shown[k] = s.label
+                    if metric == RATIO:  # the victims of a hollow point, beside it
+                        n = _victims(rows)
+                        for load, xi, yi, ni in zip(rows[LOAD], x, y, n, strict=True):
+                            if np.isfinite(yi) and ni < FEW_VICTIMS:
+                                # above it (clear of the line at 1); several at one load:
+                                # one above the other
+                                below = noted.get(float(load), 0)
+                                noted[float(load)] = below + 1
+                                ax.annotate(f"n={int(ni)}", (xi, yi), xytext=(0, 5 + 8 * below),
+                                            textcoords="offset points", ha="center",
+                                            va="bottom", fontsize=FONT_FLOOR_PT,
+                                            color=draw["color"])
+                title = ("Victims behind the ratio (n)" if metric == VICTIMS_N
+                         else labels[metric])
+                ax.set_title(wrapped(f"{SCHEDULER_LABELS.get(sched, sched)}: {title}",
+                                     PAGE_IN / ncol - 0.3))
+                if metric == RATIO:
+                    ax.axhline(1.0, color="0.5", lw=0.8, zorder=1)
+                if metric == VICTIMS_N:
+                    ax.axhline(FEW_VICTIMS, color="0.5", lw=0.8, ls="--", zorder=1)
+                    ax.set_ylim(bottom=0)
+                if has_data and not nonzero:
+                    for line in ax.get_lines():  # drawn on top, unclipped at the axis
+                        line.set(zorder=ZERO_ZORDER, clip_on=False)
+                    ax.text(0.5, 0.85, "0 in every setting at every load",
+                            transform=ax.transAxes, ha="center", va="center",
+                            fontsize=FONT_FLOOR_PT, color="0.35")
+                if not has_data:
+                    ax.text(0.5, 0.85, "no victims in any run", transform=ax.transAxes,
+                            ha="center", va="center", fontsize=FONT_FLOOR_PT, color="0.35")
+        for ax in axes[-1]:
+            ax.set_xticks(loads, [f"{x:g}" for x in loads])
+            ax.set_xlabel("load (× capacity)")
+        for ax in axes.flat[len(scheds) * len(panels):]:
+            ax.set_visible(False)
+        handles: list[Any] = [Line2D([], [], label=shown[k], **_setting_style(k))
+                              for k in sorted(shown)]
+        handles += [*marks.handles(), capacity_handle(),
+                    Line2D([], [], color="0.5", lw=0.8, ls="--",
+                           label=f"{FEW_VICTIMS} victims")]
+        note = ("; ".join(f"{SCHEDULER_LABELS.get(s, s)}: no eviction in any setting at "
+                          "any load (no panels)" for s in quiet))
+        fig_legend(fig, handles, wrapped(note, PAGE_IN) if note else "")
+        suptitle(fig, "Q1 across settings, against load (Azure conv"
+                 + _window_text(settings) + ")")
+        return _save(fig, path)
 
-    fig, ax = plt.subplots(figsize=(10, 4.8))
-    width = 0.38
-    for i, sched in enumerate(SCHEDULERS):
-        xs: list[float] = []
-        ys: list[float] = []
-        errs: list[list[float]] = [[], []]
-        for k, (_s, _, cap) in enumerate(settings):
-            entry = cap["schedulers"].get(sched)
-            if not entry or entry.get("capacity_request_rate") is None:
-                continue
-            req = float(entry["capacity_request_rate"])
-            # the bracket in rate_scale, as req/s at the same ratio
-            hi = (entry.get("bracket") or [None, None])[1]
-            per = req / float(entry["capacity"])
-            xs.append(k + (i - 0.5) * width)
-            ys.append(req)
-            errs[0].append(0.0)
-            errs[1].append(max(float(hi) * per - req, 0.0) if hi is not None else 0.0)
-        for bar_x, bar_y in zip(xs, ys, strict=True):
-            ax.annotate(f"{bar_y:.2f}", (bar_x, bar_y), xytext=(0, 9), textcoords="offset points",
-                        ha="center", fontsize=7.5)
-        ax.bar(xs, ys, width, yerr=errs, capsize=3, color=colors[i],
-               label=SCHEDULER_LABELS[sched])
-    ax.set_xticks(range(len(settings)))
-    ax.set_xticklabels([s.label.replace(", ", "\n", 1) for s, _, _ in settings], fontsize=8)
-    ax.set_ylabel("capacity (req/s at mean SLO attainment >= 0.9)")
-    ax.set_title("SLO capacity per setting (Azure conv, 5 windows of 300 requests; whisker: "
-                 "the upper end of the search's bracket)", fontsize=10.5)
-    ax.legend(fontsize=8.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2),
-              ncol=2)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    for ext in ("png", "pdf"):
-        fig.savefig(study / f"capacity_by_setting.{ext}", dpi=150,
-                    metadata={"CreationDate": None} if ext == "pdf" else {})
-    plt.close(fig)
+
+def capacity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]],
+                    path: Path) -> Path:
+    """The SLO capacity of every setting and scheduler in req/s: the pooled one (over the
+    windows; whisker: the upper end of the search's bracket) and, for a search per window,
+    each window's own; the pooled value written at the right."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
+
+    from experiments.report.figures import (
+        FONT_FLOOR_PT,
+        PAGE_IN,
+        _save,
+        log_ticks,
+        scheduler_color,
+        scheduler_marker,
+        shade,
+        style,
+        suptitle,
+    )
+
+    scheds = [s for s in SCHEDULERS if _ran(settings, s)]
+    row_dy = 0.36 / max(len(scheds) - 1, 1) if len(scheds) > 1 else 0.0
+    windowed = False
+    with style():
+        fig, ax = plt.subplots(figsize=(PAGE_IN, 1.3 + 0.42 * len(settings)),
+                               layout="constrained")
+        right = blended_transform_factory(ax.transAxes, ax.transData)
+        for k, (_s, _agg, cap) in enumerate(settings):
+            for i, sched in enumerate(scheds):
+                entry = cap["schedulers"].get(sched)
+                if not entry or entry.get("capacity_request_rate") is None:
+                    continue
+                color = scheduler_color(sched)
+                y = k + (i - (len(scheds) - 1) / 2) * row_dy
+                req = float(entry["capacity_request_rate"])
+                # the bracket in rate_scale, as req/s at the same ratio
+                hi = (entry.get("bracket") or [None, None])[1]
+                per = req / float(entry["capacity"])
+                xerr = [[0.0], [max(float(hi) * per - req, 0.0) if hi is not None else 0.0]]
+                windows = [float(w["capacity_request_rate"]) for _key, w in sorted(
+                    (entry.get("per_realization") or {}).items(), key=lambda kv: int(kv[0]))
+                    if w.get("capacity_request_rate") is not None]
+                if windows:
+                    windowed = True
+                    # each window a little apart in height, so that close ones all show
+                    dys = (np.arange(len(windows)) - (len(windows) - 1) / 2) * 0.035
+                    ax.plot(windows, y + dys, ls="", marker="o", ms=3.2, mew=0.6,
+                            color=shade(color, 0.45), mec=color, zorder=2)
+                ax.errorbar([req], [y], xerr=xerr, ls="", marker=scheduler_marker(sched),
+                            ms=5.5, color=color, ecolor=color, elinewidth=1.0, capsize=2.5,
+                            zorder=3)
+                ax.text(1.01, y, f"{req:.2f}", transform=right, ha="left", va="center",
+                        fontsize=FONT_FLOOR_PT, color=color)
+        ax.text(1.01, -0.6, "pooled\n(req/s)", transform=right, ha="left", va="bottom",
+                fontsize=FONT_FLOOR_PT, color="0.3")
+        ax.set_yticks(range(len(settings)), [s.label for s, _a, _c in settings])
+        ax.set_ylim(len(settings) - 0.5, -0.6)
+        for edge in np.arange(len(settings) - 1) + 0.5:
+            ax.axhline(edge, color="0.85", lw=0.5)
+        ax.grid(axis="y", visible=False)
+        log_ticks(ax, "x")
+        ax.set_xlabel("capacity (req/s at mean SLO attainment ≥ 0.9; log scale)")
+        handles: list[Any] = [
+            Line2D([], [], ls="", marker=scheduler_marker(s), ms=5.5, color=scheduler_color(s),
+                   label=f"{SCHEDULER_LABELS.get(s, s)}, pooled over the windows")
+            for s in scheds]
+        if windowed:
+            handles += [Line2D([], [], ls="", marker="o", ms=3.2, mew=0.6,
+                               color=shade(scheduler_color(s), 0.45), mec=scheduler_color(s),
+                               label=f"{SCHEDULER_LABELS.get(s, s)}, each window's own")
+                        for s in scheds]
+        # a column of pooled values, one of windows (fig_legend would set 3, unevenly)
+        fig.legend(handles=handles, loc="outside lower center", ncol=2 if windowed else 1,
+                   title="whisker: the upper end of the pooled search's bracket",
+                   title_fontsize=FONT_FLOOR_PT)
+        suptitle(fig, "SLO capacity per setting (Azure conv" + _window_text(settings) + ")")
+        return _save(fig, path)
+
+
+def write_figures(study: Path, settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
+                  ) -> None:
+    """sensitivity_vs_load.png and capacity_by_setting.png (each with its PDF)."""
+    sensitivity_figure(settings, study / "sensitivity_vs_load.png")
+    capacity_figure(settings, study / "capacity_by_setting.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -507,7 +507,8 @@ def capacity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
         ax.set_xlabel("capacity (req/s at mean SLO attainment ≥ 0.9; log scale)")
         handles: list[Any] = [
             Line2D([], [], ls="", marker=scheduler_marker(s), ms=5.5, color=scheduler_color(s),
-                   label=f"{SCHEDULER_LABELS.get(s, s)}, pooled over the windows")
+                   label=f"{SCHEDULER_LABELS.get(s, s)}, pooled: the windows' mean rate at "
+                         "one shared rate_scale")
             for s in scheds]
         if windowed:
             handles += [Line2D([], [], ls="", marker="o", ms=3.2, mew=0.6,
@@ -516,7 +517,9 @@ def capacity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
                         for s in scheds]
         # a column of pooled values, one of windows (fig_legend would set 3, unevenly)
         fig.legend(handles=handles, loc="outside lower center", ncol=2 if windowed else 1,
-                   title="whisker: the upper end of the pooled search's bracket",
+                   title="whisker: the upper end of the pooled search's bracket; the "
+                         "fastest window saturates first, so the pooled rate can lie below "
+                         "every window's own",
                    title_fontsize=FONT_FLOOR_PT)
         suptitle(fig, "SLO capacity per setting (Azure conv" + _window_text(settings) + ")")
         return _save(fig, path)

@@ -85,7 +85,7 @@ def test_victim_panels_write_the_victims_behind_each_point(tmp_path: Path) -> No
     assert to_rgba(HOLLOW_FACE) in faces
     words = legend_texts(fig)
     assert "hollow: n < 30 victims" in words
-    assert "under the axis: victims behind each point, summed over realisations" in words
+    assert "victims per point (under the axis, all realisations)" in words
     assert layout_problems(fig) == []
     # the same victims behind the median and the p99 (as always in a real sweep): once,
     # under the bottom panel

@@ -847,9 +847,9 @@ class LegendMarks:
             out.append(Line2D([], [], color="0.3", ls="", marker="|", markersize=8,
                               label=f"mean of {runs} realisations, bar: {CI_LEVEL:.0%} CI"))
         if self.counts:
-            over = ", summed over realisations" if self.intervals else ""
+            over = ", all realisations" if self.intervals else ""
             out.append(Line2D([], [], color="0.3", ls="", marker="$n$", markersize=6,
-                              label=f"under the axis: victims behind each point{over}"))
+                              label=f"victims per point (under the axis{over})"))
         if self.hollow:
             out.append(Line2D([], [], color="0.3", ls="", marker="o", mfc=HOLLOW_FACE,
                               label=HOLLOW_LABEL))

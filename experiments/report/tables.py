@@ -974,7 +974,7 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
                            [value_label(k, v) for k, v in fixed.items()], first_run)
     # each panel's own run: its evictions (one run per scheduler: no panel parameter)
     runs = [i for i in chosen if jobs[i] in kv_pick and (
-        not at or value_label(x, jobs[i].overrides.get(x, "-")) == at)]
+        not (at and x) or value_label(x, jobs[i].overrides.get(x, "-")) == at)]
     kv_notes: dict[str, str] = {}
     if not others and len({jobs[i].scheduler for i in runs}) == len(runs):
         kv_notes = {jobs[i].scheduler: f"{evictions.iloc[i]:,.0f} evictions in this run"

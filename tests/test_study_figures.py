@@ -178,8 +178,8 @@ def test_one_scheduler_at_zero_keeps_its_line_beside_the_other(tmp_path: Path) -
 
 def test_kv_title_says_which_run_and_why() -> None:
     # issue 30 item 2: "(most evictions)" where nothing was evicted, and no word of which run
-    run = "trace window 0, the first of the 5 realisations swept (runs not pooled: their " \
-          "time axes differ)"
+    run = "trace window 0, the first of the 5 windows swept (not pooled: their time axes " \
+          "differ)"
     busy = kv_title_of("simulated time", "load (× capacity): 1.5", True, [], run)
     assert busy.split("\n") == [
         "KV pool use over simulated time: one run per panel",

@@ -888,9 +888,9 @@ def ci_points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarra
            else (counts.fillna(0) < FEW_VICTIMS).to_numpy())
     for hollow in (False, True):
         pick = (few == hollow) & np.isfinite(y)
-        if pick.any():
+        if pick.any():  # markers whole at the axis' ends (a point at 0 on the x axis)
             ax.plot(x[pick], y[pick], ls="", marker=marker, color=color, mec=color,
-                    mfc=HOLLOW_FACE if hollow else color, **layer)
+                    mfc=HOLLOW_FACE if hollow else color, **{"clip_on": False, **layer})
             marks.hollow |= hollow
 
 

@@ -842,8 +842,8 @@ def _run_words(jobs: Sequence[Job], realization: Any, count: int) -> str:
     trace = all(j.summary.get("workload_file") for j in jobs) and bool(jobs)
     k = int(float(realization))
     what = f"trace window {k}" if trace else f"realisation {k}"
-    return (f"{what}, the first of the {count} realisations swept (runs not pooled: "
-            "their time axes differ)")
+    swept = "windows" if trace else "realisations"
+    return f"{what}, the first of the {count} {swept} swept (not pooled: their time axes differ)"
 
 
 def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]

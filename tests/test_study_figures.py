@@ -178,17 +178,18 @@ def test_one_scheduler_at_zero_keeps_its_line_beside_the_other(tmp_path: Path) -
 
 def test_kv_title_says_which_run_and_why() -> None:
     # issue 30 item 2: "(most evictions)" where nothing was evicted, and no word of which run
-    run = "trace window 0, the first of the 5 windows swept (not pooled: their time axes " \
-          "differ)"
-    busy = kv_title_of("simulated time", "load (× capacity): 1.5", True, [], run)
+    run = "trace window 0 (first of 5 swept)"
+    busy = kv_title_of("simulated time", "load 1.5 × capacity", True, [], run)
     assert busy.split("\n") == [
-        "KV pool use over simulated time: one run per panel",
-        "load (× capacity): 1.5, the load with the most evictions", run]
-    idle = kv_title_of("simulated time", "load (× capacity): 1.5", False, [], run)
+        "KV pool use over simulated time, one run per panel",
+        "load 1.5 × capacity (most evictions), trace window 0 (first of 5 swept)"]
+    idle = kv_title_of("simulated time", "load 1.5 × capacity", False, [], run)
     assert "most evictions" not in idle
-    assert "the highest load (no evictions at any load)" in idle
+    assert "load 1.5 × capacity (highest; no evictions at any load)" in idle
     assert "most evictions" not in kv_title_of("simulated time", "", False, ["w"], "")
     assert kv_title_of("simulated time", "", True, ["w"], "").endswith("w (most evictions)")
+    # each line fits a page-wide figure unwrapped
+    assert all(len(line) <= 91 for line in idle.split("\n"))
 
 
 def kv_job(sched: str) -> JobSeries:
@@ -205,6 +206,7 @@ def test_kv_legend_has_one_colour_a_swatch_and_panels_their_run(tmp_path: Path) 
                                                "sglang": "0 evictions in this run"})
     (fig,) = figs
     legend = fig.legends[0]
+    assert legend._ncols == 3  # a column per scheduler, idle time in the third
     assert legend_texts(fig) == ["vLLM: mean per bin", "vLLM: max per bin",
                                  "SGLang: mean per bin", "SGLang: max per bin",
                                  "idle (no step)"]

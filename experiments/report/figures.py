@@ -468,18 +468,21 @@ def legend_height(width: float, handles: Sequence[Any], note: str = "") -> float
     return LEGEND_PAD_IN + LEGEND_ROW_IN * rows
 
 
-def fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
+def fig_legend(fig: Any, handles: list[Any], note: str = "", columns: int | None = None
+               ) -> None:
     """The figure's one legend, below the panels (`note` as its title), in columns that fit
-    the figure's width (`legend_columns`)."""
+    the figure's width (`legend_columns`; `columns`, when it fits, instead: entries fill
+    the columns top to bottom, so e.g. a column per scheduler)."""
     if handles:
         parts = [h.parts if isinstance(h, LegendGroup) else h for h in handles]
         labels = [h.get_label() for h in handles]
+        fit = legend_columns(fig.get_figwidth(), labels)
+        ncol = columns if columns is not None and columns <= fit else fit
         handler_map: dict[Any, Any] = {tuple: HandlerTuple(ndivide=None, pad=0.0)}
         for h in handles:  # swatches set apart: one per scheduler, not one two-coloured
             if isinstance(h, LegendGroup) and h.apart:
                 handler_map[h.parts] = HandlerTuple(ndivide=None, pad=GROUP_GAP)
-        fig.legend(parts, labels, loc="outside lower center",
-                   ncol=legend_columns(fig.get_figwidth(), labels),
+        fig.legend(parts, labels, loc="outside lower center", ncol=ncol,
                    title=note or None, title_fontsize=SMALL_PT, handler_map=handler_map)
     elif note:
         fig.text(0.5, 0.0, note, ha="center", va="top", fontsize=SMALL_PT)
@@ -1358,9 +1361,11 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                                    label=f"{who}mean per bin"),
                             Patch(color=scheduler_color(s), alpha=0.25, lw=0,
                                   label=f"{who}max per bin")]
-            if any(_idle_spans(j.kv) for j in jobs):  # named only when drawn
+            idle = any(_idle_spans(j.kv) for j in jobs)
+            if idle:  # named only when drawn
                 handles.append(Patch(color="0.88", lw=0, label="idle (no step)"))
-            fig_legend(fig, handles)
+            # a column per scheduler (its mean and max), idle time in its own
+            fig_legend(fig, handles, columns=len(drawn) + idle if len(drawn) > 1 else None)
         else:
             labels = sorted(dict.fromkeys((j.shade, j.label) for j in jobs))
             heading = labels[0][1].rpartition(": ")[0] if labels else ""

@@ -819,21 +819,23 @@ def _busiest(frame: pd.DataFrame, x: str | None) -> Any:
 
 
 def kv_title_of(clock: str, at: str, evicting: bool, fixed: Sequence[str], run: str) -> str:
-    """The title of `kv_use_vs_time`: one run per panel, over `clock` (its words), at `at`
-    (the load's value label; "" when the sweep has none): the load with the most evictions
-    when the sweep evicts (`evicting`), else the highest; `fixed`: the further settings'
-    value labels; `run`: which realisation (e.g. `trace window 0, the first of 5
-    realisations`; "" for a sweep without realisations)."""
-    lines = [f"KV pool use over {clock}: one run per panel"]
+    """The title of `kv_use_vs_time`, short enough for a column: one run per panel, over
+    `clock` (its words); then at `at` (the load in words, e.g. `load 1.5 × capacity`; ""
+    when the sweep has none), why that load: the most evictions when the sweep evicts
+    (`evicting`), else the highest; `fixed`: the further settings' value labels; `run`:
+    which realisation (e.g. `trace window 0 (first of 5 swept)`; "" for a sweep without
+    realisations)."""
+    head = f"KV pool use over {clock}, one run per panel"
+    parts = []
     if at:
-        why = ("the load with the most evictions" if evicting
-               else "the highest load (no evictions at any load)")
-        lines.append(", ".join([f"{at}, {why}", *fixed]))
-    elif fixed:
-        lines.append(", ".join(fixed) + (" (most evictions)" if evicting else ""))
+        why = "most evictions" if evicting else "highest; no evictions at any load"
+        parts.append(f"{at} ({why})")
+    parts += list(fixed)
+    if fixed and not at:
+        parts[-1] += " (most evictions)" if evicting else " (no evictions)"
     if run:
-        lines.append(run)
-    return "\n".join(lines)
+        parts.append(run)
+    return "\n".join([head, ", ".join(parts)]) if parts else head
 
 
 def _run_words(jobs: Sequence[Job], realization: Any, count: int) -> str:
@@ -842,8 +844,7 @@ def _run_words(jobs: Sequence[Job], realization: Any, count: int) -> str:
     trace = all(j.summary.get("workload_file") for j in jobs) and bool(jobs)
     k = int(float(realization))
     what = f"trace window {k}" if trace else f"realisation {k}"
-    swept = "windows" if trace else "realisations"
-    return f"{what}, the first of the {count} {swept} swept (not pooled: their time axes differ)"
+    return f"{what} (first of {count} swept)"
 
 
 def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]
@@ -932,6 +933,7 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     config: means with 95 % CIs (`figure_frame`) and mean CDFs with bands; KV use over time
     shows one run, the first realisation (their time axes differ), said in its title."""
     from experiments.report.figures import (
+        LOAD_KEY,
         Metric,
         clock_words,
         figure_stem,
@@ -970,8 +972,10 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     kv_jobs = [j for j in kv_all if j.label == at] if at else kv_all
     evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0)
     evicting = bool(evictions.iloc[chosen].sum() > 0)
-    kv_title = kv_title_of(clock_words([j.clock for j in kv_jobs or kv_all]), at, evicting,
-                           [value_label(k, v) for k, v in fixed.items()], first_run)
+    load_words = (f"load {float(busiest):g} × capacity" if x == LOAD_KEY and busiest is not None
+                  else at)
+    kv_title = kv_title_of(clock_words([j.clock for j in kv_jobs or kv_all]), load_words,
+                           evicting, [value_label(k, v) for k, v in fixed.items()], first_run)
     # each panel's own run: its evictions (one run per scheduler: no panel parameter)
     runs = [i for i in chosen if jobs[i] in kv_pick and (
         not (at and x) or value_label(x, jobs[i].overrides.get(x, "-")) == at)]

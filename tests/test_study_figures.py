@@ -181,8 +181,8 @@ def test_kv_title_says_which_run_and_why() -> None:
     run = "trace window 0 (first of 5 swept)"
     busy = kv_title_of("simulated time", "load 1.5 × capacity", True, [], run)
     assert busy.split("\n") == [
-        "KV pool use over simulated time, one run per panel",
-        "load 1.5 × capacity (most evictions), trace window 0 (first of 5 swept)"]
+        "KV pool use over simulated time", "load 1.5 × capacity (most evictions)",
+        "one run: trace window 0 (first of 5 swept)"]
     idle = kv_title_of("simulated time", "load 1.5 × capacity", False, [], run)
     assert "most evictions" not in idle
     assert "load 1.5 × capacity (highest; no evictions at any load)" in idle

@@ -819,13 +819,12 @@ def _busiest(frame: pd.DataFrame, x: str | None) -> Any:
 
 
 def kv_title_of(clock: str, at: str, evicting: bool, fixed: Sequence[str], run: str) -> str:
-    """The title of `kv_use_vs_time`, short enough for a column: one run per panel, over
-    `clock` (its words); then at `at` (the load in words, e.g. `load 1.5 × capacity`; ""
-    when the sweep has none), why that load: the most evictions when the sweep evicts
+    """The title of `kv_use_vs_time`, lines short enough for a column where they can be:
+    over `clock` (its words); at `at` (the load in words, e.g. `load 1.5 × capacity`; ""
+    when the sweep has none) and why that load: the most evictions when the sweep evicts
     (`evicting`), else the highest; `fixed`: the further settings' value labels; `run`:
-    which realisation (e.g. `trace window 0 (first of 5 swept)`; "" for a sweep without
-    realisations)."""
-    head = f"KV pool use over {clock}, one run per panel"
+    which realisation each panel's one run is (e.g. `trace window 0 (first of 5 swept)`;
+    "" for a sweep without realisations, whose configs ran once)."""
     parts = []
     if at:
         why = "most evictions" if evicting else "highest; no evictions at any load"
@@ -833,9 +832,8 @@ def kv_title_of(clock: str, at: str, evicting: bool, fixed: Sequence[str], run: 
     parts += list(fixed)
     if fixed and not at:
         parts[-1] += " (most evictions)" if evicting else " (no evictions)"
-    if run:
-        parts.append(run)
-    return "\n".join([head, ", ".join(parts)]) if parts else head
+    where = [", ".join(parts)] if parts else []
+    return "\n".join([f"KV pool use over {clock}", *where, *[f"one run: {run}"] * bool(run)])
 
 
 def _run_words(jobs: Sequence[Job], realization: Any, count: int) -> str:

@@ -979,8 +979,8 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
         not (at and x) or value_label(x, jobs[i].overrides.get(x, "-")) == at)]
     kv_notes: dict[str, str] = {}
     if not others and len({jobs[i].scheduler for i in runs}) == len(runs):
-        kv_notes = {jobs[i].scheduler: f"{evictions.iloc[i]:,.0f} evictions in this run"
-                    for i in runs}
+        kv_notes = {jobs[i].scheduler: f"{evictions.iloc[i]:,.0f} eviction"
+                    f"{'' if evictions.iloc[i] == 1 else 's'} in this run" for i in runs}
     cdf_title = "Latency per completed request (CDF)" + (
         "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
         + (" (most evictions)" if evictions.sum() > 0 else " (no evictions in the sweep)")

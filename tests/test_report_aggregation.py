@@ -257,7 +257,7 @@ def test_statistics_from_fewer_than_30_victims_are_hollow(drawn: list[Any]) -> N
     assert face[1.0] == white and face[1.5] == white      # 12 and 29 victims
     assert face[2.0] != white and face[2.5] != white      # 90 and 30 victims
     legend = [t.get_text() for t in drawn[0].legends[0].get_texts()]
-    assert "hollow: < 30 victims" in legend
+    assert "hollow: n < 30 victims" in legend
 
 
 def test_realisations_draw_error_bars_from_the_ci(drawn: list[Any]) -> None:

@@ -1,312 +1,260 @@
-"""The study-specific figures of issue 30 item 7 (scripts/prefix_recovery_report.py,
-policy_report.py, sensitivity_report.py), read off the drawn artists: a statistic from few
-readmissions or victims is hollow and its n is written, every error bar has its series'
-colour, series that coincide stand apart, each scheduler has a y scale its values show on,
-the capacities per window are drawn beside the pooled one, and every figure keeps the
-report's rules (fonts at the floor or above, text inside the figure and clear of other text
-and of the panels' frames)."""
+"""The per-study figures of experiments/report (issue 30 item 7, "figures pass the checks"),
+read off the drawn artists: the victims behind each point written under victim panels,
+hollow markers said as `n < 30`; series at 0 all visible; the KV-use title saying which run
+it draws and why, its legend one colour a swatch; load curves with ticks at the loads run,
+p99 TTFT in seconds on a log axis and a title within the figure."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pytest
-from conftest import load_script
-from figure_checks import drawn_texts, layout_problems, legends, saved_figures
-from matplotlib.collections import LineCollection
+import pyarrow as pa
+from figure_checks import layout_problems, saved_figures
 from matplotlib.colors import to_rgba
-from matplotlib.lines import Line2D
+from matplotlib.text import Annotation
+from test_figure_defects import eviction_frame, load_frame
 
-from experiments.report.figures import HOLLOW_FACE, scheduler_color
-from experiments.report.realizations import REALIZATION
-
-LOAD = "workload.load"
-
-
-def frame_problems(fig: Any) -> list[str]:
-    """Each text drawn on a panel that crosses the panel's frame (e.g. a value label
-    touching the top spine)."""
-    renderer = fig.canvas.get_renderer()
-    problems = []
-    for text in drawn_texts(fig):
-        ax = text.axes
-        if ax is None or text in (ax.title, ax.xaxis.label, ax.yaxis.label):
-            continue
-        if any(text is t.label1 or text is t.label2 for axis in (ax.xaxis, ax.yaxis)
-               for t in [*axis.get_major_ticks(), *axis.get_minor_ticks()]):
-            continue
-        box, frame = text.get_window_extent(renderer), ax.get_window_extent(renderer)
-        inside_x = box.x0 >= frame.x0 - 1 and box.x1 <= frame.x1 + 1
-        inside_y = box.y0 >= frame.y0 - 1 and box.y1 <= frame.y1 + 1
-        outside = (box.x1 <= frame.x0 + 1 or box.x0 >= frame.x1 - 1
-                   or box.y1 <= frame.y0 + 1 or box.y0 >= frame.y1 - 1)
-        if not (inside_x and inside_y) and not outside:
-            problems.append(f"{text.get_text()!r} crosses its panel's frame")
-    return problems
+from experiments.report.figures import (
+    HOLLOW_FACE,
+    SCHEDULER_NAMES,
+    CountRow,
+    JobSeries,
+    Metric,
+    count_text,
+    kv_use_over_time,
+    merged_rows,
+    metric_vs_load,
+    scheduler_color,
+    scheduler_marker,
+    victims_vs_others,
+)
+from experiments.report.tables import EVICTION_METRICS, kv_title_of
+from experiments.results.timeseries import bin_steps
 
 
-def marker_faces(ax: Any, color: str) -> list[tuple[float, str]]:
-    """(x, face) of every marker drawn in `color` (face 'hollow' or 'filled')."""
-    out = []
-    for line in ax.get_lines():
-        if line.get_marker() in ("", "None", None, "_", "|") or not np.allclose(
-                to_rgba(line.get_color()), to_rgba(color)):
-            continue
-        hollow = np.allclose(to_rgba(line.get_markerfacecolor()), to_rgba(HOLLOW_FACE))
-        out += [(float(x), "hollow" if hollow else "filled") for x in line.get_xdata()]
-    return out
+def strip_texts(ax: Any) -> list[tuple[str, Any]]:
+    """(text, colour as RGB) of the numbers and row labels written under a panel
+    (annotations below the axis), in the order written."""
+    return [(a.get_text(), tuple(round(v, 6) for v in to_rgba(a.get_color())[:3]))
+            for a in ax.texts if isinstance(a, Annotation) and a.xyann[1] < 0]
 
 
-def error_bar_colours(ax: Any) -> list[tuple[float, ...]]:
-    """The colour of each error bar (a segment of a line collection) drawn on `ax`."""
-    out: list[tuple[float, ...]] = []
-    for coll in ax.collections:
-        if isinstance(coll, LineCollection):
-            colors = np.asarray(coll.get_colors(), dtype=float).reshape(-1, 4)
-            segments = coll.get_segments()
-            for i in range(len(segments)):
-                out.append(tuple(np.round(colors[i % len(colors)], 6)))
-    return out
+def rgb(sched: str) -> tuple[float, ...]:
+    return tuple(round(v, 6) for v in to_rgba(scheduler_color(sched))[:3])
 
 
-# --- prefix recovery ----------------------------------------------------------------------
-
-def recovery_inputs() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Jobs and readmissions of two settings: vLLM readmits 20 victims at load 1.5 (two
-    windows: hollow), 60 at 2 (three windows); SGLang evicts nothing."""
-    jobs, readm = [], []
-    rng = np.random.default_rng(0)
-    for setting in ("mooncake", "azure_conv"):
-        for sched in ("vllm", "sglang"):
-            for load in (1.0, 1.5, 2.0):
-                for k in range(3):
-                    count = {1.5: 10 if k < 2 else 0, 2.0: 20}.get(load, 0) \
-                        if sched == "vllm" else 0
-                    jobs.append({"setting": setting, "scheduler": sched, LOAD: load,
-                                 REALIZATION: k, "status": "ok", "num_victims": count,
-                                 "num_preemptions": count,
-                                 "preempted_request_share": count / 300,
-                                 "recomputed_token_share": count / 3000})
-                    for _ in range(count):
-                        computed = int(rng.integers(10, 500))
-                        recovered = int(rng.integers(0, computed + 1))
-                        readm.append({"setting": setting, "scheduler": sched, LOAD: load,
-                                      REALIZATION: k, "computed": computed,
-                                      "recovered": recovered,
-                                      "recovered_share": recovered / computed})
-    return pd.DataFrame(jobs), pd.DataFrame(readm)
+def legend_texts(fig: Any) -> list[str]:
+    return [t.get_text() for t in fig.legends[0].get_texts()]
 
 
-def test_recovery_vs_load_marks_few_readmissions_hollow_with_n_and_cis(tmp_path: Path) -> None:
-    report = load_script("prefix_recovery_report")
-    jobs, readm = recovery_inputs()
-    rec, rc = report.recovery_table(jobs, readm), report.recompute_table(jobs)
+def test_victim_counts_are_written_compactly() -> None:
+    assert [count_text(n) for n in (0, 29, 830, 1234, 9999, 15_400)] == [
+        "0", "29", "830", "1.2k", "10.0k", "15k"]
+
+
+def test_rows_merge_only_when_no_two_series_share_an_x() -> None:
+    a = CountRow("vLLM", "b", ((0.0, 5, "b"),))
+    b = CountRow("SGLang", "o", ((1.0, 7, "o"),))
+    (one,) = merged_rows([a, b])  # a categorical axis of schedulers: one row, n
+    assert one.label == "n" and [c[:2] for c in one.cells] == [(0.0, 5), (1.0, 7)]
+    c = CountRow("SGLang", "o", ((0.0, 3, "o"),))
+    assert merged_rows([a, c]) == [a, c]
+
+
+def test_victim_panels_write_the_victims_behind_each_point(tmp_path: Path) -> None:
+    # issue 30 item 7: the victim panels showed no n
+    frame = load_frame()  # vLLM evicts past load 1: 600 victims behind each median, 20 p99
     with saved_figures() as figs:
-        report.recovery_vs_load(rec, rc, readm, tmp_path / "r.png")
+        victims_vs_others(frame, "workload.load", tmp_path / "victim_e2el_vs_load.png")
     (fig,) = figs
-    assert layout_problems(fig) == [] and frame_problems(fig) == [] and legends(fig) == 1
-    top = fig.axes[0]
-    blue = scheduler_color("vllm")
-    faces = marker_faces(top, blue)
-    # two series (mean per readmission, token-weighted) at each load with a readmission
-    assert sorted(f for x, f in faces if x < 1.75) == ["hollow", "hollow"]
-    assert sorted(f for x, f in faces if x > 1.75) == ["filled", "filled"]
-    texts = [t.get_text() for t in top.texts]
-    assert "n=20" in texts and "60" in texts  # the first of a row "n=", then the number
-    # both series have their CI, in the scheduler's colour: 2 loads x 2 series
-    colours = error_bar_colours(top)
-    assert len(colours) == 4 and all(np.allclose(c, to_rgba(blue)) for c in colours)
-    legend = "\n".join(t.get_text() for t in fig.legends[0].get_texts())
-    assert "hollow: n < 30 readmissions" in legend
-    # the token-weighted share's CI: the table's ratio, a bootstrap interval around it
-    tw = report.token_weighted_ci(readm)
-    row = tw[(tw["setting"] == "mooncake") & (tw["load"] == 2.0)].iloc[0]
-    table = rec[(rec["setting"] == "mooncake") & (rec["scheduler"] == "vllm")
-                & (rec["load"] == 2.0)].iloc[0]
-    assert row["token_weighted"] == pytest.approx(table["token_weighted"])
-    assert row["token_weighted_ci_lo"] <= row["token_weighted"] <= row["token_weighted_ci_hi"]
-
-
-def test_recovery_cdf_keeps_the_report_rules(tmp_path: Path) -> None:
-    report = load_script("prefix_recovery_report")
-    jobs, readm = recovery_inputs()
+    median, p99 = fig.axes
+    blue = rgb("vllm")
+    for ax, n in ((median, "600"), (p99, "20")):  # counts differ: a strip under each panel
+        texts = strip_texts(ax)
+        assert ("vLLM", blue) in texts  # the row's label, in the series' colour
+        numbers = [t for t, c in texts if c == blue and t != "vLLM"]
+        # every load: none at 0.5 and 1, then the victims; no row for SGLang (none)
+        assert numbers == ["0", "0"] + [n] * 4, numbers
+        assert not any(SCHEDULER_NAMES["sglang"] in t for t, _ in texts)
+    # the p99's 20 victims: hollow markers, said with n
+    faces = [to_rgba(ln.get_markerfacecolor()) for ln in p99.get_lines()
+             if ln.get_marker() not in ("", "None")]
+    assert to_rgba(HOLLOW_FACE) in faces
+    words = legend_texts(fig)
+    assert "hollow: n < 30 victims" in words
+    assert "victims per point (under the axis, all realisations)" in words
+    assert layout_problems(fig) == []
+    # the same victims behind the median and the p99 (as always in a real sweep): once,
+    # under the bottom panel
+    frame["p99_e2el_victim_ms_n"] = frame["median_e2el_victim_ms_n"]
     with saved_figures() as figs:
-        report.recovery_cdf(readm, jobs, tmp_path / "c.png")
+        victims_vs_others(frame, "workload.load", tmp_path / "v2.png")
+    (fig,) = figs
+    top, bottom = fig.axes
+    assert strip_texts(top) == [] and strip_texts(bottom)
+    assert layout_problems(fig) == []
+
+
+def test_counts_that_would_touch_are_staggered(tmp_path: Path) -> None:
+    # four workloads side by side on a page: narrow panels, close loads, four-digit counts
+    frame = load_frame(facets=4)
+    frame["median_e2el_victim_ms_n"] = frame["median_e2el_victim_ms_n"] * 3  # 1.8k
+    frame["p99_e2el_victim_ms_n"] = frame["median_e2el_victim_ms_n"]
+    with saved_figures() as figs:
+        victims_vs_others(frame, "workload.load", tmp_path / "v.png",
+                          ("scheduler", "workload"))
     (fig,) = figs
     assert layout_problems(fig) == []
-    entries = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
-    assert "vLLM 1.5x: n=20 (< 30), 2 windows" in entries
+    offsets = {a.xyann[1] for ax in fig.axes for a in ax.texts
+               if isinstance(a, Annotation) and a.get_text() == "1.8k"}
+    assert len(offsets) == 2  # two lines
 
 
-# --- victim policies ----------------------------------------------------------------------
+def test_the_recovery_panel_writes_its_victims(tmp_path: Path) -> None:
+    frame = load_frame()
+    frame["prefix_recovery_on_resume_n"] = np.where(frame["prefix_recovery_on_resume"] > 0,
+                                                    25, 0)
+    with saved_figures() as figs:
+        metric_vs_load(frame, "workload.load", [Metric(*m) for m in EVICTION_METRICS],
+                       tmp_path / "evictions_vs_load.png")
+    (fig,) = figs
+    evictions, recovery = fig.axes[0], fig.axes[3]
+    assert strip_texts(evictions) == []  # not a victim statistic
+    assert [t for t, _ in strip_texts(recovery)] == ["0", "0"] + ["25"] * 4 + ["vLLM"]
+    assert "hollow: n < 30 victims" in legend_texts(fig)
+    assert layout_problems(fig) == []
 
-def a10_runs() -> pd.DataFrame:
-    """The a10 setting's shape: vLLM evicts hundreds of times a run, SGLang a few; the p99
-    latency the same under recompute and swap (series that coincide)."""
-    report = load_script("policy_report")
-    rng = np.random.default_rng(1)
-    rows = []
-    for s in ("vllm", "sglang"):
-        for m in report.MODES:
-            for load in (1.25, 1.5):
-                for p in report.POLICIES:
-                    for k in range(3):
-                        evictions = rng.uniform(100, 300) if s == "vllm" else rng.uniform(2, 16)
-                        rows.append({"scheduler": s, "mode": m, "load": load, "policy": p,
-                                     "realization": k, "status": "ok",
-                                     "num_preemptions": evictions, "num_victims": evictions,
-                                     "p99_e2el_ms": 5e4 + 1e3 * k,
-                                     "slo_attainment": 0.5 + 0.01 * k, "request_goodput": 2.0,
-                                     "recomputed_token_share": 0.01,
-                                     "swap_time_share": 0.01 if m == "swap" else 0.0})
+
+def test_two_series_at_zero_are_both_visible(tmp_path: Path) -> None:
+    # issue 30 item 3: Llama-3-8B, where neither scheduler evicts: SGLang's zero line hid
+    # vLLM's, the y axis ran 0-0.05 and the x axis from 0
+    frame = load_frame(loads=(0.75, 1.0, 1.25, 1.5))
+    for m in ("preemptions_per_1k_requests", "preempted_request_share",
+              "recomputed_token_share"):
+        frame[m] = 0.0
+        frame[f"{m}_ci_lo"] = frame[f"{m}_ci_hi"] = 0.0
+    frame["prefix_recovery_on_resume"] = float("nan")
+    with saved_figures() as figs:
+        metric_vs_load(frame, "workload.load", [Metric(*m) for m in EVICTION_METRICS],
+                       tmp_path / "evictions_vs_load.png")
+    (fig,) = figs
+    for ax in fig.axes[:3]:
+        assert ax.get_title(loc="left") == "vLLM and SGLang: 0 at every load"
+        marks = {s: [ln for ln in ax.get_lines()
+                     if to_rgba(ln.get_color()) == to_rgba(scheduler_color(s))
+                     and ln.get_marker() == scheduler_marker(s)] for s in ("vllm", "sglang")}
+        # no connecting line at 0 to hide the other; the markers side by side
+        assert not [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1
+                    and ln.get_linestyle() not in ("None", "")
+                    and to_rgba(ln.get_color()) != to_rgba("0.82")]
+        xs = {s: sorted(float(x) for ln in lines for x in ln.get_xdata())
+              for s, lines in marks.items()}
+        assert len(xs["vllm"]) == len(xs["sglang"]) == 4
+        assert all(a < b for a, b in zip(xs["vllm"], xs["sglang"], strict=True))
+        assert list(ax.get_yticks()) == [0]
+        lo, hi = ax.get_xlim()
+        assert 0.6 < lo < 0.75 and 1.5 < hi < 1.65  # the loads, not from 0
+    assert fig.axes[3].get_xlim() == fig.axes[0].get_xlim()
+    assert layout_problems(fig) == []
+
+
+def test_one_scheduler_at_zero_keeps_its_line_beside_the_other(tmp_path: Path) -> None:
+    with saved_figures() as figs:
+        metric_vs_load(eviction_frame(sglang=3.0).query("workload == 'azure_conv'").assign(
+            preemptions_per_1k_requests=lambda f: np.where(f["scheduler"] == "sglang", 0.0,
+                                                           f["preemptions_per_1k_requests"])),
+            "workload.rate_scale", [Metric(*EVICTION_METRICS[0])], tmp_path / "e.png")
+    (fig,) = figs
+    ax = fig.axes[0]
+    assert ax.get_title(loc="left") == "SGLang: 0 at every load"
+    lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1
+             and ln.get_linestyle() not in ("None", "")]
+    assert {to_rgba(ln.get_color()) for ln in lines} == {
+        to_rgba(scheduler_color(s)) for s in ("vllm", "sglang")}
+
+
+def test_kv_title_says_which_run_and_why() -> None:
+    # issue 30 item 2: "(most evictions)" where nothing was evicted, and no word of which run
+    run = "trace window 0 (first of 5 swept)"
+    busy = kv_title_of("simulated time", "load 1.5 × capacity", True, [], run)
+    assert busy.split("\n") == [
+        "KV pool use over simulated time", "load 1.5 × capacity (most evictions)",
+        "one run: trace window 0 (first of 5 swept)"]
+    idle = kv_title_of("simulated time", "load 1.5 × capacity", False, [], run)
+    assert "most evictions" not in idle
+    assert "load 1.5 × capacity (highest; no evictions at any load)" in idle
+    assert "most evictions" not in kv_title_of("simulated time", "", False, ["w"], "")
+    assert kv_title_of("simulated time", "", True, ["w"], "").endswith("w (most evictions)")
+    # each line fits a page-wide figure unwrapped
+    assert all(len(line) <= 91 for line in idle.split("\n"))
+
+
+def kv_job(sched: str) -> JobSeries:
+    steps = pa.table({"start_time": [0.0, 1.0, 5.0], "duration_s": [1.0, 1.0, 1.0],
+                      "kv_used_tokens": [10, 60, 30], "num_preempted": [0, 0, 0]})
+    return JobSeries(sched, "", np.array([0.1]), np.array([1.0]), bin_steps(steps, 12), 100)
+
+
+def test_kv_legend_has_one_colour_a_swatch_and_panels_their_run(tmp_path: Path) -> None:
+    # issue 30 item 2: the "mean per bin" swatch was half blue, half orange
+    with saved_figures() as figs:
+        kv_use_over_time([kv_job("vllm"), kv_job("sglang")], tmp_path / "kv.png",
+                         "KV pool use", notes={"vllm": "3 evictions in this run",
+                                               "sglang": "0 evictions in this run"})
+    (fig,) = figs
+    legend = fig.legends[0]
+    assert legend._ncols == 3  # a column per scheduler, idle time in the third
+    assert legend_texts(fig) == ["vLLM: mean per bin", "vLLM: max per bin",
+                                 "SGLang: mean per bin", "SGLang: max per bin",
+                                 "idle (no step)"]
+    for handle, text in zip(legend.legend_handles, legend_texts(fig), strict=True):
+        assert not isinstance(handle, tuple), text  # one swatch, not a group
+        if text.startswith(("vLLM", "SGLang")):
+            sched = "vllm" if text.startswith("vLLM") else "sglang"
+            color = (handle.get_color() if hasattr(handle, "get_xdata")
+                     else handle.get_facecolor())
+            assert np.allclose(to_rgba(color)[:3], to_rgba(scheduler_color(sched))[:3])
+    assert [ax.get_title() for ax in fig.axes] == ["vLLM: 3 evictions in this run",
+                                                   "SGLang: 0 evictions in this run"]
+    assert layout_problems(fig) == []
+
+
+def curve_runs(loads: tuple[float, ...] = (0.75, 1.0, 1.25, 1.5)) -> pd.DataFrame:
+    rows = [{"scheduler": s, "workload.load": load, "workload.realization": k, "status": "ok",
+             "slo_attainment": max(0.0, 1.0 - 0.5 * (load - 0.7)) - k / 50,
+             "request_goodput": 4.0 / load + k / 10,
+             "p99_ttft_ms": 600.0 * 10 ** (1.2 * (load - 0.75)) * (1 + k / 10),
+             "p99_tpot_ms": 60.0 + 40 * load + k}
+            for s in ("vllm", "sglang") for load in loads for k in range(5)]
     return pd.DataFrame(rows)
 
 
-def test_each_scheduler_has_its_own_y_scale(tmp_path: Path) -> None:
-    report = load_script("policy_report")
-    runs = a10_runs()
-    with saved_figures() as figs:
-        report.policy_figure(report.policy_stats(runs), tmp_path / "p.png")
-        report.versus_figure(report.versus_default(runs), tmp_path / "v.png")
-    for fig in figs:
-        assert layout_problems(fig) == [] and legends(fig) == 1
-    # the evictions: first row of policies.png, last row of vs_default.png (4 columns:
-    # vLLM recompute, swap, SGLang recompute, swap)
-    for row in (figs[0].axes[:4], figs[1].axes[8:12]):
-        assert row[0].get_ylim() == row[1].get_ylim()
-        assert row[2].get_ylim() == row[3].get_ylim()
-        assert np.ptp(row[2].get_ylim()) < np.ptp(row[0].get_ylim()) / 5
+def test_load_curves_read_at_the_loads_run(tmp_path: Path) -> None:
+    # issue 30 item 4: a title wider than the figure, p99 TTFT ticks like 600000 (ms), x
+    # ticks at 1.0 and 1.5 only
+    from experiments.report.load_curves import load_curves
 
-
-def test_swap_figure_series_stand_apart_with_coloured_error_bars(tmp_path: Path) -> None:
-    report = load_script("policy_report")
-    with saved_figures() as figs:
-        report.swap_figure(report.policy_stats(a10_runs()), tmp_path / "s.png")
-    (fig,) = figs
-    assert layout_problems(fig) == [] and legends(fig) == 1
-    assert "\n" not in fig._suptitle.get_text()
-    for ax in fig.axes:
-        points = [ln for ln in ax.get_lines() if ln.get_marker() in ("o", "s")]
-        # points and error bars, no connecting lines (a categorical axis)
-        assert points and all(ln.get_linestyle() in ("None", "") for ln in points)
-        xs = [round(float(x), 6) for ln in points for x in ln.get_xdata()]
-        assert len(xs) == len(set(xs)), "two series at the same place"
-        series = {tuple(np.round(to_rgba(ln.get_color()), 6)) for ln in points}
-        assert error_bar_colours(ax) and set(error_bar_colours(ax)) <= series
-    # top: 2 loads x 2 modes a policy, each in its own place
-    assert len({round(float(x), 6) for ln in fig.axes[0].get_lines()
-                if ln.get_marker() in ("o", "s") for x in ln.get_xdata()}) \
-        == 4 * len(report.POLICIES)
-
-
-def test_policy_bars_have_error_bars_in_their_colour(tmp_path: Path) -> None:
-    report = load_script("policy_report")
-    with saved_figures() as figs:
-        report.policy_figure(report.policy_stats(a10_runs()), tmp_path / "p.png")
-    ax = figs[0].axes[0]
-    bars = {tuple(np.round(p.get_facecolor(), 6)) for p in ax.patches}
-    colours = error_bar_colours(ax)
-    assert colours
-    for colour in colours:
-        # a darker shade of one of the bars' colours (not black, not grey)
-        assert any(np.allclose(colour[:3], np.array(b[:3]) * (1 - 0.45), atol=1e-3)
-                   for b in bars)
-
-
-# --- sensitivity --------------------------------------------------------------------------
-
-def sensitivity_settings() -> list[tuple[Any, pd.DataFrame, dict[str, Any]]]:
-    """Two settings: vLLM evicts past capacity (at 0.75 one victim: hollow), SGLang never;
-    capacities pooled and per window."""
-    report = load_script("sensitivity_report")
-    out = []
-    for k, setting in enumerate(report.SETTINGS[:2]):
-        rows = []
-        for sched in ("vllm", "sglang"):
-            for load in (0.75, 1.0, 1.5):
-                for w in range(3):
-                    evicts = sched == "vllm" and load > 0.75
-                    victims = 10 + w if evicts else (1 if sched == "vllm" and w == 0 else 0)
-                    rows.append({"scheduler": sched, LOAD: load, REALIZATION: w,
-                                 "status": "ok",
-                                 "preemptions_per_1k_requests": 20.0 * victims,
-                                 "preempted_request_share": victims / 300,
-                                 "recomputed_token_share": victims / 1000,
-                                 "num_victims": victims,
-                                 "victim_e2el_median_ratio": 1.2 + 0.1 * w if victims
-                                 else np.nan,
-                                 "matched_victim_ratio": np.nan, "matched_victims": 0,
-                                 "slo_attainment": 0.9})
-        agg = report.aggregate(pd.DataFrame(rows), ["scheduler", LOAD, REALIZATION],
-                               [m for m, _ in report.STATISTICS
-                                if m not in report.FROM_AGGREGATED])
-        agg.insert(0, "setting", setting.folder)
-        cap = {"config": {"workload": {"max_requests": 300}}, "schedulers": {
-            s: {"capacity": c, "capacity_request_rate": 5 * c, "bracket": [c, c * 1.02],
-                "probes": [{}], "per_realization": {
-                    str(w): {"capacity": c * (1 + 0.2 * w),
-                             "capacity_request_rate": 5 * c * (1 + 0.2 * w)}
-                    for w in range(3)}}
-            for s, c in (("vllm", 1.0 + k), ("sglang", 0.9 + k))}}
-        out.append((setting, agg, json.loads(json.dumps(cap))))
-    return out
-
-
-def test_sensitivity_figure_hollow_few_victims_and_no_empty_panels(tmp_path: Path) -> None:
-    report = load_script("sensitivity_report")
-    with saved_figures() as figs:
-        report.sensitivity_figure(sensitivity_settings(), tmp_path / "s.png")
-    (fig,) = figs
-    assert layout_problems(fig) == [] and frame_problems(fig) == [] and legends(fig) == 1
-    shown = [ax for ax in fig.axes if ax.get_visible()]
-    # SGLang never evicts: no panels of it, said in the legend
-    assert len(shown) == 4 and all(ax.get_title().startswith("vLLM") for ax in shown)
-    legend = fig.legends[0]
-    assert "SGLang: no eviction" in legend.get_title().get_text()
-    ratio = next(ax for ax in shown if "median E2E" in ax.get_title())
-    faces = [f for ln in ratio.get_lines() if ln.get_marker() not in ("", "None")
-             for f in (["hollow"] if np.allclose(to_rgba(ln.get_markerfacecolor()),
-                                                 to_rgba(HOLLOW_FACE)) else ["filled"])
-             * len(ln.get_xdata())]
-    assert faces.count("hollow") == 2  # load 0.75 in each setting: one victim
-    assert [t.get_text() for t in ratio.texts].count("n=1") == 2
-    texts = [t.get_text() for t in legend.get_texts()]
-    assert "hollow: < 30 victims" in texts
-
-
-def test_capacity_figure_draws_every_window_beside_the_pooled_value(tmp_path: Path) -> None:
-    report = load_script("sensitivity_report")
-    settings = sensitivity_settings()
-    with saved_figures() as figs:
-        report.capacity_figure(settings, tmp_path / "c.png")
-    (fig,) = figs
-    assert layout_problems(fig) == [] and frame_problems(fig) == [] and legends(fig) == 1
-    (ax,) = fig.axes
-    windows = [x for ln in ax.get_lines() if ln.get_marker() == "o" and ln.get_markersize() < 4
-               for x in ln.get_xdata()]
-    assert len(windows) == 2 * 2 * 3  # settings x schedulers x windows
-    values = {t.get_text() for t in ax.texts}
-    assert {"5.00", "4.50", "10.00", "9.50"} <= values
-    # a search without windows: the pooled values alone
-    for _s, _agg, cap in settings:
-        for entry in cap["schedulers"].values():
-            entry.pop("per_realization")
-    with saved_figures() as figs:
-        report.capacity_figure(settings, tmp_path / "c2.png")
-    assert layout_problems(figs[0]) == []
-    assert not [ln for ln in figs[0].axes[0].get_lines() if ln.get_marker() == "o"
-                and ln.get_markersize() < 4]
-
-
-def test_marker_face_helper_tells_hollow_from_filled() -> None:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots()
-    ax.plot([1.0], [1.0], marker="o", color="C0", mfc=HOLLOW_FACE, ls="")
-    ax.add_line(Line2D([2.0], [1.0], marker="o", color="C0", ls=""))
-    assert marker_faces(ax, "C0") == [(1.0, "hollow"), (2.0, "filled")]
-    plt.close(fig)
+    title = "Q3: victim choice, A10 24GB setting"
+    for loads in ((0.75, 1.0, 1.25, 1.5), (0.5, 1.0, 1.25, 1.5, 2.0, 3.0), (1.25, 1.5)):
+        with saved_figures() as figs:
+            load_curves(curve_runs(loads), tmp_path / "load_curves.png", 0.9, title)
+        (fig,) = figs
+        assert layout_problems(fig) == [], loads
+        bottom = fig.axes[2:]
+        for ax in bottom:
+            ticks = [float(t) for t in ax.get_xticks()]
+            assert set(loads) <= set(ticks) and 1.0 in ticks
+            shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+            assert shown[0] == f"{min(loads[0], 1.0):g}" and shown[-1] == f"{loads[-1]:g}"
+        ttft = fig.axes[2]
+        assert ttft.get_ylabel() == "p99 TTFT (s)" and ttft.get_yscale() == "log"
+        labels = [t.get_text() for t in ttft.get_yticklabels() if t.get_text()]
+        assert labels and all(len(t) <= 4 for t in labels), labels  # 0.5, 20, 500: no 600000
+        assert fig.get_suptitle().startswith(title + ":\n")
+        # filled markers (hollow means few victims in the other figures)
+        for ln in fig.axes[0].get_lines():
+            if ln.get_marker() not in ("", "None"):
+                assert to_rgba(ln.get_markerfacecolor()) != to_rgba("white")

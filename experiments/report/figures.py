@@ -14,7 +14,10 @@ One visual language for every figure:
   `experiments.report.realizations`) as an error bar, each CDF the mean of the
   realisations' CDFs with a pointwise 95 % band; the legend says so;
 - a victim statistic from fewer than 30 victims (`realizations.FEW_VICTIMS`) is drawn with
-  a hollow marker (white face), said in the legend;
+  a hollow marker (white face), said in the legend (`hollow: n < 30 victims`); every
+  panel of a victim statistic writes the victims behind each point under its x axis, a row
+  per series in its colour (`CountStrip`; staggered over two lines where the numbers
+  would touch), said in the legend;
 - categorical x axes (schedulers, policies) get points and error bars, never connecting
   lines, side by side within a category;
 - sized for one column of a two-column paper (`COLUMN_IN` wide; `PAGE_IN` for figures with
@@ -23,8 +26,13 @@ One visual language for every figure:
   what varies, its swatches in the colours of what they label (`LegendGroup`: one swatch
   per scheduler), missing data written on the panel (a statistic without events, e.g.
   recovery with no readmission, is n/a: not drawn, said), a series at 0 everywhere drawn on
-  top of the others and unclipped at the axis, and said on its panel (`SGLang: 0 at every
-  load`); log axes in plain numbers, with 1-2-5 ticks only where they fit (`log_ticks`),
+  top of the others and unclipped at the axis, its markers beside the others' (dodged),
+  and said on its panel (`SGLang: 0 at every load`); two or more series at 0 everywhere
+  drawn by their markers side by side, no line (one line would hide the other), a panel
+  of zeros only with its y axis at 0 alone (`vLLM and SGLang: 0 at every load`); a
+  legend entry with a swatch per scheduler sets them apart where touching swatches would
+  read as one two-coloured one (`LegendGroup.apart`); log axes in plain numbers, with
+  1-2-5 ticks only where they fit (`log_ticks`),
   x tick labels that would touch blanked (`thin_x_labels`), each row of panels its own
   height (the legend's rows added to it: `legend_height`);
 - against the load as a fraction of capacity (`LOAD_KEY`), saturation (load 1) marked by
@@ -34,7 +42,8 @@ Shared by any figure module (import them from here): `style`, `scheduler_color`,
 `scheduler_marker`, `scheduler_linestyle`, `shade`, `param_label`, `value_label`, `wrapped`,
 `suptitle`, `fig_legend`, `legend_height`, `LegendGroup`, `log_ticks`, `mark_capacity`,
 `capacity_handle`, `thin_x_labels`, `ci_points` (a series with its CI
-error bars and hollow markers) with `LegendMarks` (the legend entries that explain them), the
+error bars and hollow markers) with `LegendMarks` (the legend entries that explain them),
+`count_row` / `CountStrip` / `count_strips` / `strip_in` (the victims behind each point), the
 constants `FONT_FLOOR_PT`, `HOLLOW_FACE`, `MAX_SERIES`, `COLUMN_IN`, `PAGE_IN`, `LOAD_KEY`,
 `CAPACITY_LINE`, `CAPACITY_LABEL`, and `_save`
 (PNG and PDF).
@@ -43,7 +52,8 @@ Figures:
 - `metric_vs_load`: sweep metrics (e.g. evictions per 1,000 requests) against a parameter;
 - `victims_vs_others`: victims' and the other requests' median / p99 E2E latency;
 - `kv_use_over_time`: KV pool use binned on the run's time (mean and max per bin; bins in
-  which no step ran are idle, shaded, not bridged), a panel per scheduler; the time axis
+  which no step ran are idle, shaded, not bridged), a panel per scheduler, a legend entry
+  per scheduler and thing drawn, each one colour; the time axis
   names the clock the run used (`clock_words`): simulated, or the real executor's measured
   wall-clock, CPU or GPU time.
 """
@@ -436,6 +446,8 @@ LEGEND_HANDLE_IN = 0.55
 # A legend row's height (7 pt text, its handle and the spacing) and the legend's own margin.
 LEGEND_ROW_IN = 0.17
 LEGEND_PAD_IN = 0.12
+# The gap between the swatches of a `LegendGroup` drawn apart (a share of the font size).
+GROUP_GAP = 0.6
 
 
 def legend_columns(width: float, labels: Sequence[str]) -> int:
@@ -456,16 +468,22 @@ def legend_height(width: float, handles: Sequence[Any], note: str = "") -> float
     return LEGEND_PAD_IN + LEGEND_ROW_IN * rows
 
 
-def fig_legend(fig: Any, handles: list[Any], note: str = "") -> None:
+def fig_legend(fig: Any, handles: list[Any], note: str = "", columns: int | None = None
+               ) -> None:
     """The figure's one legend, below the panels (`note` as its title), in columns that fit
-    the figure's width (`legend_columns`)."""
+    the figure's width (`legend_columns`; `columns`, when it fits, instead: entries fill
+    the columns top to bottom, so e.g. a column per scheduler)."""
     if handles:
         parts = [h.parts if isinstance(h, LegendGroup) else h for h in handles]
         labels = [h.get_label() for h in handles]
-        fig.legend(parts, labels, loc="outside lower center",
-                   ncol=legend_columns(fig.get_figwidth(), labels),
-                   title=note or None, title_fontsize=SMALL_PT,
-                   handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)})
+        fit = legend_columns(fig.get_figwidth(), labels)
+        ncol = columns if columns is not None and columns <= fit else fit
+        handler_map: dict[Any, Any] = {tuple: HandlerTuple(ndivide=None, pad=0.0)}
+        for h in handles:  # swatches set apart: one per scheduler, not one two-coloured
+            if isinstance(h, LegendGroup) and h.apart:
+                handler_map[h.parts] = HandlerTuple(ndivide=None, pad=GROUP_GAP)
+        fig.legend(parts, labels, loc="outside lower center", ncol=ncol,
+                   title=note or None, title_fontsize=SMALL_PT, handler_map=handler_map)
     elif note:
         fig.text(0.5, 0.0, note, ha="center", va="top", fontsize=SMALL_PT)
 
@@ -802,7 +820,7 @@ def _span(xs: Sequence[float], ticks: list[str] | None) -> float:
     share of the smallest gap between values."""
     if ticks is not None:
         return 0.35
-    return 0.15 * min((b - a for a, b in itertools.pairwise(xs)), default=1.0)
+    return 0.25 * min((b - a for a, b in itertools.pairwise(xs)), default=1.0)
 
 
 def _dodged(x: np.ndarray, k: int, n: int, span: float, log: bool) -> np.ndarray:
@@ -823,6 +841,7 @@ class LegendMarks:
 
     intervals: set[int] = field(default_factory=set)   # realisations behind an error bar
     hollow: bool = False
+    counts: bool = False  # victims written under a panel (`CountStrip`)
 
     def handles(self) -> list[Any]:
         out: list[Any] = []
@@ -830,14 +849,21 @@ class LegendMarks:
             runs = "/".join(str(n) for n in sorted(self.intervals))
             out.append(Line2D([], [], color="0.3", ls="", marker="|", markersize=8,
                               label=f"mean of {runs} realisations, bar: {CI_LEVEL:.0%} CI"))
+        if self.counts:
+            over = ", all realisations" if self.intervals else ""
+            out.append(Line2D([], [], color="0.3", ls="", marker="$n$", markersize=6,
+                              label=f"victims per point (under the axis{over})"))
         if self.hollow:
             out.append(Line2D([], [], color="0.3", ls="", marker="o", mfc=HOLLOW_FACE,
-                              label=f"hollow: < {FEW_VICTIMS} victims"))
+                              label=HOLLOW_LABEL))
         return out
 
 
+HOLLOW_LABEL = f"hollow: n < {FEW_VICTIMS} victims"
+
+
 def ci_points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarray,
-            draw: dict[str, Any], marks: LegendMarks, line: bool) -> None:
+              draw: dict[str, Any], marks: LegendMarks, line: bool) -> None:
     """A series of `column` (times `scale`) at `x`: its line (unless categorical), its 95 %
     CI as error bars when the frame has `<column>_ci_lo` / `_ci_hi` (means over
     realisations), and its markers, hollow where the statistic rests on fewer than
@@ -865,10 +891,140 @@ def ci_points(ax: Any, df: pd.DataFrame, column: str, scale: float, x: np.ndarra
            else (counts.fillna(0) < FEW_VICTIMS).to_numpy())
     for hollow in (False, True):
         pick = (few == hollow) & np.isfinite(y)
-        if pick.any():
+        if pick.any():  # markers whole at the axis' ends (a point at 0 on the x axis)
             ax.plot(x[pick], y[pick], ls="", marker=marker, color=color, mec=color,
-                    mfc=HOLLOW_FACE if hollow else color, **layer)
+                    mfc=HOLLOW_FACE if hollow else color, **{"clip_on": False, **layer})
             marks.hollow |= hollow
+
+
+# --- the victims behind each point ---------------------------------------------------------
+
+# A line of victim counts under a panel (7 pt text and its gap), and where the first sits
+# below the axis: under the tick labels (tick, pad and a 7 pt label).
+COUNT_LINE_PT = 9.5
+COUNT_TOP_PT = 16.5
+
+
+def count_text(n: int) -> str:
+    """A victim count as written under a panel: `830`, `1.2k`, `15k`."""
+    if n < 1000:
+        return f"{n}"
+    return f"{n / 1000:.1f}k" if n < 10_000 else f"{n / 1000:.0f}k"
+
+
+@dataclass(frozen=True)
+class CountRow:
+    """A row of victim counts under a panel: its label (the series), its colour, and per x
+    value drawn the victims behind the point there (`cells`: x, n, colour)."""
+
+    label: str
+    color: Any
+    cells: tuple[tuple[float, int, Any], ...]
+
+
+def count_row(df: pd.DataFrame, column: str, label: str, color: Any) -> CountRow | None:
+    """The victims behind each point of a series (`df` with `_x`, the undodged x) of a victim
+    statistic `column` (`realizations.victim_counts`; a point without victims: 0); None for
+    a statistic not about victims or a series without any victim."""
+    counts = victim_counts(df, column)
+    if counts is None:
+        return None
+    values = pd.to_numeric(df[column], errors="coerce") if column in df else None
+    cells = []
+    for i, (x, n) in enumerate(zip(df["_x"], counts.fillna(0), strict=True)):
+        defined = values is not None and np.isfinite(values.iloc[i])
+        cells.append((float(x), int(n) if defined else 0, color))
+    if not any(n for _, n, _ in cells):
+        return None
+    return CountRow(label, color, tuple(sorted(cells, key=lambda c: c[0])))
+
+
+def merged_rows(rows: Sequence[CountRow]) -> list[CountRow]:
+    """`rows` as they are, or one row `n` when no two of them share an x value (a
+    categorical axis of schedulers: each series at its own category)."""
+    xs = [x for r in rows for x, _, _ in r.cells]
+    if len(rows) < 2 or len(xs) != len(set(xs)):
+        return list(rows)
+    cells = tuple(sorted((c for r in rows for c in r.cells), key=lambda c: c[0]))
+    return [CountRow("n", "0.3", cells)]
+
+
+@dataclass
+class CountStrip:
+    """The victims behind each point of a panel, as rows of numbers under its x axis (one
+    per series, in its colour, labelled on the left), above the axis label; a row whose
+    numbers would touch is staggered over two lines (`settle`)."""
+
+    ax: Any
+    rows: list[CountRow]
+    cells: list[list[Any]] = field(default_factory=list)
+    labels: list[Any] = field(default_factory=list)
+    staggered: set[int] = field(default_factory=set)
+    labelpad: float = 4.0
+
+    def __post_init__(self) -> None:
+        self.labelpad = float(self.ax.xaxis.labelpad)
+        trans = self.ax.get_xaxis_transform()
+        for row in self.rows:
+            self.cells.append([
+                self.ax.annotate(count_text(n), (x, 0.0), xycoords=trans, xytext=(0, 0),
+                                 textcoords="offset points", ha="center", va="top",
+                                 fontsize=SMALL_PT, color=color, annotation_clip=False)
+                for x, n, color in row.cells])
+            self.labels.append(self.ax.annotate(
+                row.label, (0.0, 0.0), xycoords="axes fraction", xytext=(0, 0),
+                textcoords="offset points", ha="right", va="top", fontsize=SMALL_PT,
+                color=row.color, annotation_clip=False))
+        self.place()
+
+    def lines(self) -> int:
+        """The text lines the strip takes."""
+        return len(self.rows) + len(self.staggered)
+
+    def place(self) -> None:
+        """Put every number on its line and the axis label under the last."""
+        line = 0
+        for r, texts in enumerate(self.cells):
+            for i, t in enumerate(texts):
+                down = line + (i % 2 if r in self.staggered else 0)
+                t.xyann = (0, -(COUNT_TOP_PT + COUNT_LINE_PT * down))
+            self.labels[r].xyann = (-4, -(COUNT_TOP_PT + COUNT_LINE_PT * line))
+            line += 1 + (r in self.staggered)
+        self.ax.xaxis.labelpad = self.labelpad + COUNT_LINE_PT * line
+
+    def settle(self, renderer: Any) -> bool:
+        """Stagger each row whose neighbouring numbers touch; whether any was."""
+        changed = False
+        for r, texts in enumerate(self.cells):
+            if r in self.staggered or len(texts) < 2:
+                continue
+            boxes = sorted((t.get_window_extent(renderer) for t in texts), key=lambda b: b.x0)
+            if any(b.x0 - a.x1 < 2 for a, b in itertools.pairwise(boxes)):
+                self.staggered.add(r)
+                changed = True
+        if changed:
+            self.place()
+        return changed
+
+
+def count_strips(fig: Any, strips: Sequence[CountStrip]) -> None:
+    """Lay the figure out and stagger the strips' rows whose numbers would touch."""
+    if not strips:
+        return
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    if any([s.settle(renderer) for s in strips]):
+        fig.canvas.draw()
+
+
+def strip_in(strips: Sequence[CountStrip]) -> float:
+    """The inches the strips take under their panels, each row of panels its tallest."""
+    rows: dict[Any, int] = {}
+    for s in strips:
+        spec = s.ax.get_subplotspec()
+        key = spec.rowspan.start if spec is not None else id(s.ax)
+        rows[key] = max(rows.get(key, 0), s.lines())
+    return sum(rows.values()) * COUNT_LINE_PT / 72.0
 
 
 # A series that is 0 everywhere lies on the x axis, under any other series near 0: drawn
@@ -896,7 +1052,29 @@ def _zero_notes(groups: Sequence[tuple[Any, pd.DataFrame]], zero: set[Any], enc:
         else:
             names += [", ".join([name, *enc.names(tuple(key))]) for key in mine
                       if (sched, key) in zero]
-    return [f"{'; '.join(names)}: 0{where}"] if names else []
+    if not names:
+        return []
+    joined = (" and ".join(names) if len(names) == 2 and not any("," in n for n in names)
+              else "; ".join(names))
+    return [f"{joined}: 0{where}"]
+
+
+def _x_limits(axes: Sequence[Any], drawn: Sequence[Any]) -> None:
+    """Every panel of `axes` over the same x range: the one the panels that drew a series
+    (`drawn`) span, each panel's own when none did (a panel without data keeps matplotlib's
+    default 0..1 view, which is no load range)."""
+    source = list(drawn) or list(axes)
+    lo = min(ax.get_xlim()[0] for ax in source)
+    hi = max(ax.get_xlim()[1] for ax in source)
+    for ax in axes:
+        ax.set_xlim(lo, hi)
+
+
+def _all_zero_axis(ax: Any) -> None:
+    """A panel whose every series is 0 everywhere: the axis from 0 with its one tick at 0,
+    not a range of hundredths that no value fills."""
+    ax.set_ylim(0, 1)
+    ax.set_yticks([0])
 
 
 def metric_vs_load(frame: pd.DataFrame, x: str | None,
@@ -907,9 +1085,12 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
     marker per scheduler; the other `series` columns by line style, then shade
     (`_Encoding`). `frame` is one row per job, or one per config across realisations
     (`realizations.aggregate`: then each point is the mean with its 95 % CI as an error
-    bar). A victim statistic from fewer than `FEW_VICTIMS` victims gets a hollow marker; a
+    bar). A victim statistic from fewer than `FEW_VICTIMS` victims gets a hollow marker,
+    and the victims behind each point are written under its panel (`CountStrip`); a
     categorical x gets no connecting lines, the series side by side. A metric without data
-    is said so on its panel, nothing is drawn at 0."""
+    is said so on its panel, nothing is drawn at 0; a series at 0 everywhere is said so,
+    drawn on top, its markers beside the others' (two or more such: markers only, side by
+    side)."""
     specs = [m if isinstance(m, Metric) else Metric(*m) for m in metrics]
     df = frame.copy()
     df["_x"], ticks = _x_values(df, x)
@@ -934,6 +1115,8 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
         for ax in flat[len(metrics):]:
             ax.set_visible(False)
         saturation = False
+        drawn: list[Any] = []
+        strips: list[CountStrip] = []
         for ax, m in zip(flat, specs, strict=False):
             ax.set_ylabel(m.label)
             _x_axis(ax, x, xs, ticks)
@@ -942,36 +1125,49 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
             if y_all is None or y_all.isna().all():
                 _note(ax, m.missing)
                 continue
+            drawn.append(ax)
             absent = [SCHEDULER_NAMES.get(str(sc), str(sc)) for sc in scheds
                       if y_all[df["scheduler"] == sc].isna().all()]
-            zero = {gk for gk, g in groups if _all_zero(g[m.column])}
+            zero = [gk for gk, g in groups if _all_zero(g[m.column])]
             notes = [f"{', '.join(absent)}: {m.missing}"] * bool(absent)
-            notes += _zero_notes(groups, zero, enc, x, len(xs))
+            notes += _zero_notes(groups, set(zero), enc, x, len(xs))
             if notes:  # above the panel, where no point can sit
                 ax.set_title(wrapped("\n".join(notes), width / ncol),
                              loc="left", fontsize=SMALL_PT, color="0.35")
+            rows: list[CountRow] = []
             for k, ((sched, key), g) in enumerate(groups):
                 g = g.sort_values("_x")
                 draw = enc.draw(tuple(key), scheduler_color(str(sched)))  # type: ignore[arg-type]
                 draw["marker"] = scheduler_marker(str(sched))
                 if (sched, key) in zero:  # on top of the others' lines and the axis at 0
                     draw.update(zorder=ZERO_ZORDER, clip_on=False)
-                # side by side only where error bars or categories would overlap
-                apart = lanes if ticks is not None or f"{m.column}_ci_lo" in df else 1
+                # side by side where error bars, categories or points at 0 would overlap
+                apart = lanes if (ticks is not None or f"{m.column}_ci_lo" in df
+                                  or zero) else 1
                 at = _dodged(g["_x"].to_numpy(dtype=float), k, apart, span, log)
-                ci_points(ax, g, m.column, m.scale, at, draw, marks, line=ticks is None)
+                # two series at 0 everywhere: their lines would lie on one another, the
+                # one drawn last hiding the other; their markers, side by side, show both
+                line = ticks is None and not ((sched, key) in zero and len(zero) > 1)
+                ci_points(ax, g, m.column, m.scale, at, draw, marks, line=line)
+                row = count_row(g, m.column, ", ".join(
+                    [SCHEDULER_NAMES.get(str(sched), str(sched)),
+                     *enc.names(tuple(key))]), draw["color"])  # type: ignore[arg-type]
+                if row is not None:
+                    rows.append(row)
             ax.set_ylim(bottom=0)
+            if len(zero) == len(groups):
+                _all_zero_axis(ax)
+            if rows:
+                strips.append(CountStrip(ax, merged_rows(rows)))
+                marks.counts = True
         if ticks is None:  # every panel over the same loads, drawn or not
-            shown = flat[:len(metrics)]
-            lo = min(ax.get_xlim()[0] for ax in shown)
-            hi = max(ax.get_xlim()[1] for ax in shown)
-            for ax in shown:
-                ax.set_xlim(lo, hi)
+            _x_limits(flat[:len(metrics)], drawn)
         handles = _scheduler_handles(scheds) + enc.handles() + marks.handles()
         handles += [capacity_handle()] * saturation
         fig_legend(fig, handles)
         suptitle(fig, title)
-        fig.set_figheight(_title_in(fig) + METRIC_ROW_IN * nrow
+        count_strips(fig, strips)
+        fig.set_figheight(_title_in(fig) + METRIC_ROW_IN * nrow + strip_in(strips)
                           + legend_height(width, handles))
         thin_x_labels(fig)
         return _save(fig, path)
@@ -983,8 +1179,10 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
     requests (dashed), colour and marker per scheduler; a column of panels per value of the
     first other `series` column, the rest by shade. With realisations (`frame` aggregated,
     `realizations.aggregate`) each point is the mean with its 95 % CI as an error bar; a
-    victims' point from fewer than `FEW_VICTIMS` victims is hollow. A scheduler without
-    victims is said so."""
+    victims' point from fewer than `FEW_VICTIMS` victims is hollow, and the victims behind
+    each point are written under the column's bottom panel (`CountStrip`; under the top
+    one too where the median's differ from the p99's). A scheduler without victims is said
+    so."""
     df = frame.copy()
     df["_x"], ticks = _x_values(df, x)
     xs = sorted(set(df["_x"].tolist()))
@@ -1003,11 +1201,13 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
         fig, axes = plt.subplots(2, ncol, figsize=(width, 3.8), squeeze=False, sharex=True,
                                  layout="constrained")
         saturation = False
+        counted: dict[tuple[int, int], list[CountRow]] = {}
         for c, level in enumerate(columns):
             part = df[df[facet].astype(str) == level] if facet else df
             for r, stat in enumerate(("median", "p99")):
                 ax = axes[r][c]
                 no_victims = []
+                rows: list[CountRow] = []
                 curves = [(sched, key, g) for sched in scheds
                           for key, g in part[part["scheduler"] == sched].groupby(
                               "_series", sort=False)]
@@ -1022,6 +1222,10 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                     victims = f"{stat}_e2el_victim_ms"
                     if pd.to_numeric(g.get(victims), errors="coerce").isna().all():
                         no_victims.append(SCHEDULER_NAMES.get(sched, sched))
+                    row = count_row(g, victims, ", ".join(
+                        [SCHEDULER_NAMES.get(sched, sched), *enc.names(key)]), draw["color"])
+                    if row is not None:
+                        rows.append(row)
                     for w, (who, ls) in enumerate((("victim", VICTIM_LS),
                                                    ("nonvictim", OTHERS_LS))):
                         column = f"{stat}_e2el_{who}_ms"
@@ -1047,6 +1251,14 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                 if c == 0:  # short: it must fit beside a panel (the title says latency)
                     ax.set_ylabel(f"{stat} E2E (s)")
                 ax.set_ylim(bottom=0)
+                counted[(r, c)] = merged_rows(rows)
+        # the victims behind each point under the panel; once per column when the median's
+        # and the p99's rest on the same victims (they do: both are over every victim)
+        strips: list[CountStrip] = []
+        for (r, c), rows in counted.items():
+            if rows and not (r == 0 and counted.get((1, c)) == rows):
+                strips.append(CountStrip(axes[r][c], rows))
+                marks.counts = True
         handles: list[Any] = _scheduler_handles(scheds)
         if ticks is None:
             handles += [Line2D([], [], color="0.3", ls=VICTIM_LS, label="victims"),
@@ -1057,9 +1269,11 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
         handles += enc.handles() + marks.handles() + [capacity_handle()] * saturation
         fig_legend(fig, handles)
         suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
+        count_strips(fig, strips)
         # each panel row its own height, whatever the legend takes: two rows of y labels
         # never meet however many entries the legend has
-        fig.set_figheight(_title_in(fig) + PANEL_ROW_IN * 2 + legend_height(width, handles))
+        fig.set_figheight(_title_in(fig) + PANEL_ROW_IN * 2 + strip_in(strips)
+                          + legend_height(width, handles))
         thin_x_labels(fig)
         return _save(fig, path)
 
@@ -1089,11 +1303,14 @@ def _stairs(kv: Binned, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "",
-                     shade_note: str = "", pdf: bool = True) -> Path:
+                     shade_note: str = "", pdf: bool = True,
+                     notes: dict[str, str] | None = None) -> Path:
     """KV pool used (% of capacity) against the jobs' time (simulated, or measured by a real
     run: `clock_words`), binned: a column of panels per scheduler, a row per `panel`. With
     one job in a panel: the mean per bin (line), the max per bin (band) and idle time (grey,
-    no step ran); with several: the mean per job, shades explained by `shade_note`."""
+    no step ran), a legend entry per scheduler and thing drawn, each in the colour drawn;
+    with several: the mean per job, shades explained by `shade_note`. `notes`: per
+    scheduler, words after its name in its panels' titles (e.g. the run's evictions)."""
     panels = _panels(jobs)
     scheds = list(dict.fromkeys(j.scheduler for j in jobs)) or [""]
     clocks = [j.clock for j in jobs]
@@ -1109,7 +1326,9 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                 ax = axes[r][c]
                 js = [j for j in jobs if j.panel == panel and j.scheduler == sched]
                 head = SCHEDULER_NAMES.get(sched, sched)
-                ax.set_title(f"{head}, {panel}" if panel else head)
+                if notes and notes.get(sched):
+                    head = f"{head}: {notes[sched]}"
+                ax.set_title(wrapped(f"{head}, {panel}" if panel else head, width / ncol))
                 ax.set_ylim(0, 105)
                 ax.set_xlabel(f"{clock_words([j.clock for j in js] or clocks)} (s)")
                 if c == 0:
@@ -1131,23 +1350,29 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
                         ax.fill_between(x, lo, hi, color=color, alpha=0.25, lw=0)
                     x, y = _stairs(j.kv, j.kv.mean["kv_used_tokens"] * cap)
                     ax.plot(x, y, color=color, lw=0.9)
-        # each legend swatch in the colours of what it labels: one part per scheduler drawn
+        # each legend swatch one colour, the colour of what it labels: an entry per
+        # scheduler drawn and thing drawn (named by the scheduler when there are several)
         drawn = [s for s in scheds if any(j.scheduler == s for j in jobs)]
         if single:
-            handles: list[Any] = [
-                _each(drawn, lambda s: Line2D([], [], color=scheduler_color(s), lw=0.9),
-                      "mean per bin"),
-                _each(drawn, lambda s: Patch(color=scheduler_color(s), alpha=0.25, lw=0),
-                      "max per bin")]
-            if any(_idle_spans(j.kv) for j in jobs):  # named only when drawn
+            handles: list[Any] = []
+            for s in drawn:
+                who = f"{SCHEDULER_NAMES.get(s, s)}: " if len(drawn) > 1 else ""
+                handles += [Line2D([], [], color=scheduler_color(s), lw=0.9,
+                                   label=f"{who}mean per bin"),
+                            Patch(color=scheduler_color(s), alpha=0.25, lw=0,
+                                  label=f"{who}max per bin")]
+            idle = any(_idle_spans(j.kv) for j in jobs)
+            if idle:  # named only when drawn
                 handles.append(Patch(color="0.88", lw=0, label="idle (no step)"))
-            fig_legend(fig, handles)
+            # a column per scheduler (its mean and max), idle time in its own
+            fig_legend(fig, handles, columns=len(drawn) + idle if len(drawn) > 1 else None)
         else:
             labels = sorted(dict.fromkeys((j.shade, j.label) for j in jobs))
             heading = labels[0][1].rpartition(": ")[0] if labels else ""
             handles = [LegendGroup(tuple(Line2D([], [], color=shade(scheduler_color(s), t),
                                                 lw=0.9) for s in drawn),
-                                   lab.rpartition(": ")[2] or "job") for t, lab in labels]
+                                   lab.rpartition(": ")[2] or "job", apart=True)
+                       for t, lab in labels]
             fig_legend(fig, handles, heading or shade_note)
         suptitle(fig, title or f"KV pool use over {clock_words(clocks)}")
         return _save(fig, path, pdf)
@@ -1156,19 +1381,17 @@ def kv_use_over_time(jobs: Sequence[JobSeries], path: str | Path, title: str = "
 @dataclass(frozen=True)
 class LegendGroup:
     """One legend entry drawn as several swatches side by side (one per scheduler: each in
-    the colour of the artists it labels); `fig_legend` draws it with `HandlerTuple`."""
+    the colour of the artists it labels); `fig_legend` draws it with `HandlerTuple`, the
+    swatches touching, or with a gap between them (`apart`: lines or bands, which touching
+    would read as one two-coloured swatch)."""
 
     parts: tuple[Any, ...]
     label: str
+    apart: bool = False
 
     def get_label(self) -> str:
         """The entry's text (what `Legend` asks a handle for)."""
         return self.label
-
-
-def _each(scheds: Sequence[str], make: Any, label: str) -> LegendGroup:
-    """A legend entry with one swatch per scheduler, `make(scheduler)` each."""
-    return LegendGroup(tuple(make(s) for s in scheds), label)
 
 
 def shades(values: Sequence[Any]) -> dict[Any, float]:

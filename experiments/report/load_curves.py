@@ -3,7 +3,10 @@ capacity, experiments/run/load.py) drawn as SLO attainment, goodput, p99 TTFT an
 against load, one series per scheduler (and setting), with the 95 % bootstrap CI across
 realisations as a band (`experiments.report.realizations.bootstrap_ci`) around the mean.
 Saturation is marked: load 1.0 is each scheduler's own capacity (a vertical line), and the
-attainment target of the capacity search a horizontal line on the attainment panel.
+attainment target of the capacity search a horizontal line on the attainment panel. The x
+ticks are the loads run (load 1 named even when not run), as on the sweep's other figures
+(`figures._x_axis`, `figures.mark_capacity`); p99 TTFT is in seconds on a log axis (under a
+second below capacity, minutes past it); the title is wrapped to the figure's width.
 
 Series are told apart by colour (the scheduler's), line style and marker (greyscale), at
 most `MAX_SERIES` per panel: further settings are fixed at their first value, said in the
@@ -23,30 +26,39 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from experiments.report.figures import (
-    CAPACITY_LABEL,
-    CAPACITY_LINE,
     COLUMN_IN,
     LOAD_KEY,
     SCHEDULER_NAMES,
     SERIES_STYLES,
     LegendGroup,
     _save,
+    _title_in,
+    _x_axis,
+    capacity_handle,
     fig_legend,
+    legend_height,
+    log_ticks,
+    mark_capacity,
     scheduler_color,
     style,
+    suptitle,
+    thin_x_labels,
     value_label,
 )
 from experiments.report.realizations import REALIZATION, bootstrap_ci
 
 LOAD = LOAD_KEY
 MAX_SERIES = 4
-# (column, axis label, scale)
+# (column, axis label, scale, log axis): TTFT grows from under a second below capacity to
+# minutes past it, so in seconds on a log axis, where both ends are read
 PANELS = (
-    ("slo_attainment", "SLO attainment (%)", 100.0),
-    ("request_goodput", "goodput (req/s)", 1.0),
-    ("p99_ttft_ms", "p99 TTFT (ms)", 1.0),
-    ("p99_tpot_ms", "p99 TPOT (ms)", 1.0),
+    ("slo_attainment", "SLO attainment (%)", 100.0, False),
+    ("request_goodput", "goodput (req/s)", 1.0, False),
+    ("p99_ttft_ms", "p99 TTFT (s)", 1e-3, True),
+    ("p99_tpot_ms", "p99 TPOT (ms)", 1.0, False),
 )
+# The height of a row of panels (7 pt tick labels, a y label beside them).
+CURVE_ROW_IN = 1.5
 # Text at 7 pt or more at the width the figure is drawn for (one column).
 _RC: Any = {"font.size": 7.5, "axes.labelsize": 7.5, "axes.titlesize": 8,
                        "legend.fontsize": 7, "xtick.labelsize": 7, "ytick.labelsize": 7}
@@ -97,12 +109,15 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
     n_real = int(df.groupby([*series, LOAD]).size().max()) if len(df) else 0
     keys = list(dict.fromkeys(map(tuple, df[series].astype(str).values.tolist())))
     styles = {k: SERIES_STYLES[i % len(SERIES_STYLES)] for i, k in enumerate(keys)}
+    loads = sorted(set(df[LOAD].tolist()))
     with style(), plt.rc_context(_RC):
         fig, axes = plt.subplots(2, 2, figsize=(COLUMN_IN, 3.5), layout="constrained",
                                  sharex=True)
-        for ax, (column, label, scale) in zip(axes.flat, PANELS, strict=True):
+        for ax, (column, label, scale, log) in zip(axes.flat, PANELS, strict=True):
             ax.set_ylabel(label)
-            ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
+            # ticks at the loads run, load 1 named: as the sweep's other figures
+            _x_axis(ax, LOAD, loads, None)
+            mark_capacity(ax, LOAD, None)
             if column == "slo_attainment" and target is not None:
                 ax.axhline(100.0 * target, color="0.35", lw=0.8, ls=":", zorder=1)
             if column not in df or pd.to_numeric(df[column], errors="coerce").isna().all():
@@ -115,17 +130,21 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
                 ls, marker = styles[k]
                 color = scheduler_color(k[0])
                 g = g.sort_values(LOAD)
+                # filled markers: a hollow one means a statistic of few victims elsewhere
                 ax.plot(g[LOAD], g["mean"] * scale, ls=ls, marker=marker, color=color,
-                        mfc="white" if styles[k][1] in ("s", "D") else color, zorder=3)
+                        zorder=3)
                 band = g.dropna(subset=["lo", "hi"])
                 if len(band):
                     ax.fill_between(band[LOAD], band["lo"] * scale, band["hi"] * scale,
                                     color=color, alpha=0.22, lw=0, zorder=2)
-            ax.set_ylim(bottom=0)
+            if log and (pd.to_numeric(df[column], errors="coerce") > 0).any():
+                log_ticks(ax, "y")
+            else:
+                ax.set_ylim(bottom=0)
             if column == "slo_attainment":
                 ax.set_ylim(0, 102)
-        for ax in axes[1]:
-            ax.set_xlabel("load (× capacity)")
+        for ax in axes[0]:
+            ax.set_xlabel("")
         handles: list[Any] = []
         for k in keys:
             ls, marker = styles[k]
@@ -133,24 +152,26 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
             name = ", ".join([SCHEDULER_NAMES.get(k[0], k[0])]
                              + [value_label(s, v) for s, v in zip(series[1:], k[1:],
                                                                     strict=True)])
-            handles.append(Line2D([], [], color=color, ls=ls, marker=marker,
-                                  mfc="white" if marker in ("s", "D") else color,
-                                  label=name))
-        if n_real > 1:  # a swatch per scheduler, in the colour of its band
+            handles.append(Line2D([], [], color=color, ls=ls, marker=marker, label=name))
+        if n_real > 1:  # a swatch per scheduler, in the colour of its band, set apart
             scheds = list(dict.fromkeys(k[0] for k in keys))
             handles.append(LegendGroup(tuple(Patch(color=scheduler_color(s), alpha=0.22, lw=0)
-                                             for s in scheds), f"95 % CI ({n_real} real.)"))
-        handles.append(Line2D([], [], label=CAPACITY_LABEL, **CAPACITY_LINE))
+                                             for s in scheds), f"95 % CI ({n_real} real.)",
+                                       apart=True))
+        handles.append(capacity_handle())
         if target is not None:
             handles.append(Line2D([], [], color="0.35", lw=0.8, ls=":",
                                   label=f"target {target:.0%}"))
         fig_legend(fig, handles)
         heading = "Load relative to each scheduler's capacity"
         if title and title != "default":  # the experiment's name, when it has one
-            heading = f"{title}: {heading[0].lower()}{heading[1:]}"
+            heading = f"{title}:\n{heading[0].lower()}{heading[1:]}"
         if fixed:
             heading += f" ({fixed})"
-        fig.suptitle(heading)
+        suptitle(fig, heading)  # wrapped to the figure's width
+        fig.set_figheight(_title_in(fig) + 2 * CURVE_ROW_IN
+                          + legend_height(COLUMN_IN, handles))
+        thin_x_labels(fig)
         return _save(fig, path)
 
 

@@ -818,6 +818,33 @@ def _busiest(frame: pd.DataFrame, x: str | None) -> Any:
     return total.idxmax() if total.max() > 0 else max(total.index)
 
 
+def kv_title_of(clock: str, at: str, evicting: bool, fixed: Sequence[str], run: str) -> str:
+    """The title of `kv_use_vs_time`, lines short enough for a column where they can be:
+    over `clock` (its words); at `at` (the load in words, e.g. `load 1.5 × capacity`; ""
+    when the sweep has none) and why that load: the most evictions when the sweep evicts
+    (`evicting`), else the highest; `fixed`: the further settings' value labels; `run`:
+    which realisation each panel's one run is (e.g. `trace window 0 (first of 5 swept)`;
+    "" for a sweep without realisations, whose configs ran once)."""
+    parts = []
+    if at:
+        why = "most evictions" if evicting else "highest; no evictions at any load"
+        parts.append(f"{at} ({why})")
+    parts += list(fixed)
+    if fixed and not at:
+        parts[-1] += " (most evictions)" if evicting else " (no evictions)"
+    where = [", ".join(parts)] if parts else []
+    return "\n".join([f"KV pool use over {clock}", *where, *[f"one run: {run}"] * bool(run)])
+
+
+def _run_words(jobs: Sequence[Job], realization: Any, count: int) -> str:
+    """Which realisation a per-run figure draws: a trace replay's window (its realisation
+    is the k-th disjoint window of the trace), else the realisation."""
+    trace = all(j.summary.get("workload_file") for j in jobs) and bool(jobs)
+    k = int(float(realization))
+    what = f"trace window {k}" if trace else f"realisation {k}"
+    return f"{what} (first of {count} swept)"
+
+
 def _focus(jobs: Sequence[Job], frame: pd.DataFrame, keys: Sequence[str]
            ) -> dict[str, str]:
     """For per-job figures of a sweep with many parameters: the setting of `keys` at which
@@ -897,12 +924,14 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     against what: the latency CDFs (`latency_cdf_ttft_e2el`), evictions and recompute
     against the load parameter (`evictions_vs_<x>`), victims' and others' E2E latency
     (`victim_e2el_vs_<x>`) and KV pool use over the jobs' time, simulated or measured by a
-    real run (`kv_use_vs_time`: at the value of x where the sweep evicts most, one line per
-    job, so the band of maxima and the idle time stay readable); PNG and PDF each. With
-    realisations, every figure but KV use is drawn per config: means with 95 % CIs
-    (`figure_frame`) and mean CDFs with bands; KV use over time shows the first
-    realisation (their time axes differ), said in its title."""
+    real run (`kv_use_vs_time`: at the value of x where the sweep evicts most, the highest
+    when it evicts nothing, one line per job, so the band of maxima and the idle time stay
+    readable; its title says which run and why, `kv_title_of`, each panel the run's
+    evictions); PNG and PDF each. With realisations, every figure but KV use is drawn per
+    config: means with 95 % CIs (`figure_frame`) and mean CDFs with bands; KV use over time
+    shows one run, the first realisation (their time axes differ), said in its title."""
     from experiments.report.figures import (
+        LOAD_KEY,
         Metric,
         clock_words,
         figure_stem,
@@ -923,7 +952,7 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     if REALIZATION in params and len(frame):
         first = frame[REALIZATION].min()
         kv_pick = [j for j, r in zip(jobs, frame[REALIZATION], strict=True) if r == first]
-        first_run = f", realisation {first}"
+        first_run = _run_words(kv_pick, first, int(frame[REALIZATION].nunique()))
     params = [p for p in params if p != REALIZATION]
     x = load_param or pick_load_param(params, frame)
     others = [p for p in params if p not in ("scheduler", x)]
@@ -939,12 +968,23 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
     kv_all, _ = _series([jobs[i] for i in chosen if jobs[i] in kv_pick],
                         others[0] if others else None, x)
     kv_jobs = [j for j in kv_all if j.label == at] if at else kv_all
-    where = ", ".join([at] * bool(at) + [value_label(k, v) for k, v in fixed.items()])
-    kv_title = f"KV pool use over {clock_words([j.clock for j in kv_jobs or kv_all])}" + (
-        f"\nat {where} (most evictions)" if where else "") + first_run
+    evictions = pd.to_numeric(frame["num_preemptions"], errors="coerce").fillna(0)
+    evicting = bool(evictions.iloc[chosen].sum() > 0)
+    load_words = (f"load {float(busiest):g} × capacity" if x == LOAD_KEY and busiest is not None
+                  else at)
+    kv_title = kv_title_of(clock_words([j.clock for j in kv_jobs or kv_all]), load_words,
+                           evicting, [value_label(k, v) for k, v in fixed.items()], first_run)
+    # each panel's own run: its evictions (one run per scheduler: no panel parameter)
+    runs = [i for i in chosen if jobs[i] in kv_pick and (
+        not (at and x) or value_label(x, jobs[i].overrides.get(x, "-")) == at)]
+    kv_notes: dict[str, str] = {}
+    if not others and len({jobs[i].scheduler for i in runs}) == len(runs):
+        kv_notes = {jobs[i].scheduler: f"{evictions.iloc[i]:,.0f} eviction"
+                    f"{'' if evictions.iloc[i] == 1 else 's'} in this run" for i in runs}
     cdf_title = "Latency per completed request (CDF)" + (
         "\nat " + ", ".join(value_label(k, v) for k, v in fixed.items())
-        + " (most evictions)" if fixed else "")
+        + (" (most evictions)" if evictions.sum() > 0 else " (no evictions in the sweep)")
+        if fixed else "")
     against = f" vs {param_label(x)}" if x else ""
     ev, vic = figure_stem("evictions", x), figure_stem("victim_e2el", x)
     return {
@@ -956,7 +996,7 @@ def write_figures(jobs: Sequence[Job], frame: pd.DataFrame, params: Sequence[str
         vic: victims_vs_others(plotted, x, out / f"{vic}.png", series,
                                title="E2E latency: victims and other requests" + against),
         "kv_use_vs_time": kv_use_over_time(kv_jobs or kv_all, out / "kv_use_vs_time.png",
-                                           kv_title, shade_note=note),
+                                           kv_title, shade_note=note, notes=kv_notes),
     }
 
 

@@ -517,7 +517,7 @@ def capacity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any]]]
                         for s in scheds]
         # a column of pooled values, one of windows (fig_legend would set 3, unevenly)
         fig.legend(handles=handles, loc="outside lower center", ncol=2 if windowed else 1,
-                   title="whisker: the upper end of the pooled search's bracket; the "
+                   title="whisker: the upper end of the pooled search's bracket;\nthe "
                          "fastest window saturates first, so the pooled rate can lie below "
                          "every window's own",
                    title_fontsize=FONT_FLOOR_PT)

@@ -275,7 +275,7 @@ def test_sensitivity_figure_hollow_few_victims_and_no_empty_panels(tmp_path: Pat
     assert faces.count("hollow") == 2  # load 0.75 in each setting: one victim
     assert [t.get_text() for t in ratio.texts].count("n=1") == 2
     texts = [t.get_text() for t in legend.get_texts()]
-    assert "hollow: < 30 victims" in texts
+    assert "hollow: n < 30 victims" in texts
 
 
 def test_capacity_figure_draws_every_window_beside_the_pooled_value(tmp_path: Path) -> None:

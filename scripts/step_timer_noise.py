@@ -23,7 +23,6 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from engines.executors.real import RealExecutor  # noqa: E402
-from engines.model import PagedDecoder  # noqa: E402
+from engines.model.tiny import load_or_tiny  # noqa: E402
 from schedulers.contract import ScheduledChunk, StepPlan  # noqa: E402
 
 PAGE = 16
@@ -73,13 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                     default=["decode", "prefill"], help="which of the two steps to time")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = args.model_path
-        if path is None:
-            from engines.model.tiny import save_tiny_checkpoint
-
-            path = str(save_tiny_checkpoint(Path(tmp) / "tiny"))
-        model = PagedDecoder.from_pretrained(Path(path), dtype="float32", device="cpu")
+    model = load_or_tiny(args.model_path)
     executors = {}
     for t in args.timers:
         name, _, k = t.partition(":")

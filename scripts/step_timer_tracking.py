@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from engines.executors.real import RealExecutor  # noqa: E402
-from engines.model import PagedDecoder  # noqa: E402
+from engines.model.tiny import load_or_tiny  # noqa: E402
 from schedulers.contract import ScheduledChunk, StepPlan  # noqa: E402
 
 PAGE = 16
@@ -66,13 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4])
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = args.model_path
-        if path is None:
-            from engines.model.tiny import save_tiny_checkpoint
-
-            path = str(save_tiny_checkpoint(Path(tmp) / "tiny"))
-        model = PagedDecoder.from_pretrained(Path(path), dtype="float32", device="cpu")
+    model = load_or_tiny(args.model_path)
     ex = RealExecutor(model, kernel="torch", num_slots=8192, timer="wall")
     steps = plans(args.prefill_tokens)
     for plan in steps.values():  # warm-up

@@ -211,3 +211,16 @@ def test_summary_records_the_timer_and_documents_it(tmp_path: Path) -> None:
     assert summary["timer_reference_s"] > 0 and summary["timer_reference_source"]
     doc = documented()
     assert not sorted(k for k in summary if k not in doc)
+
+
+def test_timer_scripts_run_on_a_tiny_model(capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import load_script
+
+    assert load_script("step_timer_tracking").main(
+        ["--seconds", "0.3", "--prefill-tokens", "16", "--ks", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| over decode reference (D) |" in out and "correlation of the prefill" in out
+    assert load_script("step_timer_noise").main(
+        ["--steps", "2", "--timers", "wall", "min_of_k:2", "--shapes", "prefill",
+         "--prefill-tokens", "16"]) == 0
+    assert "| prefill 16 | min_of_k:2 |" in capsys.readouterr().out

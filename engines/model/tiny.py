@@ -75,3 +75,18 @@ def save_tiny_checkpoint(path: str | Path, arch: str = "llama", seed: int = 0,
         kwargs["max_shard_size"] = max_shard_size
     model.save_pretrained(str(out), **kwargs)
     return out
+
+
+def load_or_tiny(path: str | Path | None) -> Any:
+    """The paged decoder of the checkpoint folder `path` in float32 on the CPU; None: of a tiny
+    random Llama, written to a temporary folder and loaded from it (the measurement scripts'
+    default when no trained model is at hand)."""
+    import tempfile
+
+    from engines.model import PagedDecoder
+
+    if path is not None:
+        return PagedDecoder.from_pretrained(Path(path), dtype="float32", device="cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = save_tiny_checkpoint(Path(tmp) / "tiny")
+        return PagedDecoder.from_pretrained(ckpt, dtype="float32", device="cpu")

@@ -687,15 +687,21 @@ def mark_capacity(ax: Any, x: str | None, xs: Sequence[float], ticks: list[str] 
     """Draw saturation (load 1: each scheduler's own capacity) as a vertical line under the
     series when `x` is the load as a fraction of capacity (`LOAD_KEY`) on a numeric axis
     and load 1 lies within the loads run `xs` (`_x_axis`'s), so that it sits inside the
-    panel; a sweep that starts above (or ends below) load 1 gets no line, its axis kept to
-    the loads run, and its legend says where capacity lies. The legend entry
-    (`capacity_handle`), None where `x` is not the load."""
+    panel (a margin beside it where it is the least or the most load run); a sweep that
+    starts above load 1 (or ends below it) gets no line, which would sit at the panel's
+    edge, its axis kept to the loads run, and its legend says where capacity lies. The
+    legend entry (`capacity_handle`), None where `x` is not the load."""
     if x != LOAD_KEY or ticks is not None or not xs:
         return None
     outside = capacity_outside(xs)
     if outside:
         return capacity_handle(outside)
     ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
+    if any(math.isclose(v, 1.0) for v in (min(xs), max(xs))):
+        # at an end of the loads run: margins beside it, even where a band drawn to the
+        # ends (`fill_between`, load_curves.py) would hold the axis to them, the line on
+        # the spine, half of it clipped
+        ax.use_sticky_edges = False
     locs = [float(v) for v in ax.get_xticks()]
     if not any(math.isclose(v, 1.0) for v in locs):  # the line's load named on the axis
         locs = sorted([*locs, 1.0])

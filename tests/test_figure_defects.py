@@ -325,13 +325,16 @@ def test_evictions_vs_load_marks_saturation_as_load_curves_does(tmp_path: Path) 
         legend = fig.legends[0]  # type: ignore[attr-defined]
         assert "capacity (load 1)" in [t.get_text() for t in legend.get_texts()]
         assert layout_problems(fig) == []
-    # loads all past capacity (Q1's synchronous loops): the line still drawn, load 1 named
+    # loads all past capacity (Q1's synchronous loops): no line, which would sit on the
+    # panel's left edge, nor load 1 named; the legend says where capacity lies
     with saved_figures() as figs:
         metric_vs_load(load_frame(loads=(1.25, 1.5)), "workload.load",
                        [Metric(*m) for m in EVICTION_METRICS], tmp_path / "e2.png")
     for ax in figs[0].axes:  # type: ignore[attr-defined]
-        assert capacity_lines(ax)
-        assert "1" in [t.get_text() for t in ax.get_xticklabels()]
+        assert not capacity_lines(ax)
+        assert "1" not in [t.get_text() for t in ax.get_xticklabels()]
+    assert "capacity (load 1) below the loads run" in [
+        t.get_text() for t in figs[0].legends[0].get_texts()]  # type: ignore[attr-defined]
     assert layout_problems(figs[0]) == []
     # not a load sweep (x is the recorded-rate scale): no capacity to mark
     other = frame.rename(columns={"workload.load": "workload.rate_scale"})

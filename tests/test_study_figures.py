@@ -2,7 +2,9 @@
 read off the drawn artists: the victims behind each point written under victim panels,
 hollow markers said as `n < 30`; series at 0 all visible; the KV-use title saying which run
 it draws and why, its legend one colour a swatch; load curves with ticks at the loads run,
-p99 TTFT in seconds on a log axis and a title within the figure."""
+p99 TTFT in seconds on a log axis and a title within the figure; a legend naming only what
+was drawn (no victims entry without victims); the capacity line only within the loads run,
+clear of the panel's edges."""
 
 from __future__ import annotations
 
@@ -15,14 +17,16 @@ import pyarrow as pa
 from figure_checks import layout_problems, saved_figures
 from matplotlib.colors import to_rgba
 from matplotlib.text import Annotation
-from test_figure_defects import eviction_frame, load_frame
+from test_figure_defects import capacity_lines, eviction_frame, load_frame
 
 from experiments.report.figures import (
+    CAPACITY_LABEL,
     HOLLOW_FACE,
     SCHEDULER_NAMES,
     CountRow,
     JobSeries,
     Metric,
+    capacity_outside,
     count_text,
     kv_use_over_time,
     merged_rows,
@@ -244,11 +248,12 @@ def test_load_curves_read_at_the_loads_run(tmp_path: Path) -> None:
         (fig,) = figs
         assert layout_problems(fig) == [], loads
         bottom = fig.axes[2:]
+        within = loads[0] <= 1.0  # load 1 named only within the loads run (its line there)
         for ax in bottom:
             ticks = [float(t) for t in ax.get_xticks()]
-            assert set(loads) <= set(ticks) and 1.0 in ticks
+            assert set(loads) <= set(ticks) and (1.0 in ticks) == within
             shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
-            assert shown[0] == f"{min(loads[0], 1.0):g}" and shown[-1] == f"{loads[-1]:g}"
+            assert shown[0] == f"{loads[0]:g}" and shown[-1] == f"{loads[-1]:g}"
         ttft = fig.axes[2]
         assert ttft.get_ylabel() == "p99 TTFT (s)" and ttft.get_yscale() == "log"
         labels = [t.get_text() for t in ttft.get_yticklabels() if t.get_text()]
@@ -258,3 +263,82 @@ def test_load_curves_read_at_the_loads_run(tmp_path: Path) -> None:
         for ln in fig.axes[0].get_lines():
             if ln.get_marker() not in ("", "None"):
                 assert to_rgba(ln.get_markerfacecolor()) != to_rgba("white")
+
+
+def without_victims(frame: pd.DataFrame, scheds: tuple[str, ...]) -> pd.DataFrame:
+    """`frame` with no victim of `scheds` at any load (their victim statistics n/a)."""
+    frame = frame.copy()
+    none = frame["scheduler"].isin(scheds)
+    for column in [c for c in frame.columns if c.startswith(("median_e2el_victim_ms",
+                                                             "p99_e2el_victim_ms"))]:
+        frame.loc[none, column] = 0 if column.endswith("_n") else float("nan")
+    return frame
+
+
+def test_the_victim_legend_names_only_what_was_drawn(tmp_path: Path) -> None:
+    # issue 30: results/sensitivity/sglang_page16/victim_e2el_vs_load.png (SGLang alone, no
+    # victim at any load) listed a solid "victims" entry for a series not drawn
+    frame = load_frame()
+    with saved_figures() as figs:  # vLLM's victims drawn: both entries
+        victims_vs_others(frame, "workload.load", tmp_path / "some.png")
+    words = legend_texts(figs[0])
+    assert "victims" in words and "other requests" in words
+    none = without_victims(frame, ("vllm", "sglang"))
+    for scheds in (("vllm", "sglang"), ("sglang",)):  # every scheduler; one alone (page16)
+        part = none[none["scheduler"].isin(scheds)]
+        with saved_figures() as figs:
+            victims_vs_others(part, "workload.load", tmp_path / "none.png")
+        (fig,) = figs
+        words = legend_texts(fig)
+        names = [SCHEDULER_NAMES[s] for s in scheds]
+        assert words[:len(scheds)] == names and "other requests" in words
+        assert "victims" not in words and not any("n < 30" in w for w in words), words
+        assert not any(w.startswith("victims per point") for w in words), words
+        # the schedulers' swatches in the style drawn: the others' dashes, no solid line
+        swatches = fig.legends[0].legend_handles[:len(scheds)]
+        assert [h.get_linestyle() for h in swatches] == ["--"] * len(scheds)
+        for ax in fig.axes:  # each panel says that there is no victim, and whose
+            assert ax.get_title() == f"no victims: {', '.join(names)}", ax.get_title()
+            assert strip_texts(ax) == []
+        assert layout_problems(fig) == []
+    # schedulers side by side (no lines): the others' marker, victims not mentioned
+    one_load = none[none["workload.load"] == 1.5]
+    with saved_figures() as figs:
+        victims_vs_others(one_load, None, tmp_path / "cat.png")
+    words = legend_texts(figs[0])
+    assert "other requests" in words and not any("victims" in w for w in words), words
+
+
+def test_the_capacity_line_lies_inside_the_loads_run(tmp_path: Path) -> None:
+    # issue 30: results/preemption/conv_sync ran loads 1.25 and 1.5 only; its capacity line
+    # (load 1) sat on the panels' left edge, clipped
+    from experiments.report.load_curves import load_curves
+
+    assert [capacity_outside(xs) for xs in ((1.25, 1.5), (0.5, 0.75), (0.75, 1.25), (1.0,),
+                                            (1.0, 1.5), (0.5, 1.0))] == [
+        "below", "above", "", "", "", ""]
+    below = f"{CAPACITY_LABEL} below the loads run"
+    for loads in ((1.25, 1.5), (0.75, 1.0, 1.25, 1.5), (1.0, 1.25, 1.5), (0.5, 1.25)):
+        frame = load_frame(loads=loads)
+        with saved_figures() as figs:
+            metric_vs_load(frame, "workload.load", [Metric(*m) for m in EVICTION_METRICS],
+                           tmp_path / "evictions_vs_load.png")
+            victims_vs_others(frame, "workload.load", tmp_path / "victim_e2el_vs_load.png")
+            load_curves(curve_runs(loads), tmp_path / "load_curves.png", 0.9, "t")
+        assert len(figs) == 3
+        for fig in figs:
+            words = legend_texts(fig)
+            panels = [ax for ax in fig.axes if ax.get_visible()]
+            if loads[0] > 1:  # no line, no tick at 1; the legend says where capacity lies
+                assert below in words and CAPACITY_LABEL not in words, words
+                assert all(capacity_lines(ax) == [] for ax in panels)
+                assert all(1.0 not in [float(t) for t in ax.get_xticks()] for ax in panels)
+                for ax in panels:  # the axis over the loads run, not widened to load 1
+                    assert ax.get_xlim()[0] > 1.1, ax.get_xlim()
+            else:  # a line on every panel, clear of its edges (a margin beside it)
+                assert CAPACITY_LABEL in words and below not in words, words
+                for ax in panels:
+                    assert len(capacity_lines(ax)) == 1
+                    lo, hi = ax.get_xlim()
+                    assert min(1.0 - lo, hi - 1.0) >= 0.04 * (hi - lo), (loads, lo, hi)
+            assert layout_problems(fig) == [], loads

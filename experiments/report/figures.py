@@ -37,7 +37,11 @@ One visual language for every figure:
   height (the legend's rows added to it: `legend_height`);
 - against the load as a fraction of capacity (`LOAD_KEY`), saturation (load 1) marked by
   a vertical line and its legend entry (`mark_capacity`, `capacity_handle`), as
-  load_curves.py marks it.
+  load_curves.py marks it, where load 1 lies within the loads run; a sweep wholly above
+  it (or below) gets no line, which would sit at the panel's edge, and its legend says
+  `capacity (load 1) below the loads run` instead;
+- the legend names only what was drawn (no `victims` entry where no scheduler had a
+  victim: its panels say `no victims: …`).
 Shared by any figure module (import them from here): `style`, `scheduler_color`,
 `scheduler_marker`, `scheduler_linestyle`, `shade`, `param_label`, `value_label`, `wrapped`,
 `suptitle`, `fig_legend`, `legend_height`, `LegendGroup`, `log_ticks`, `mark_capacity`,
@@ -111,7 +115,7 @@ SMALL_PT = 7.0          # notes on panels, legend titles
 
 # A sweep over load as a fraction of each scheduler's measured capacity (experiments/run/
 # load.py): load 1 is saturation, marked on every figure against it by a vertical line
-# (`mark_capacity`), the same in load_curves.py.
+# (`mark_capacity`; where it lies within the loads run), the same in load_curves.py.
 LOAD_KEY = "workload.load"
 CAPACITY_LABEL = "capacity (load 1)"
 # A wide light-grey solid line: unlike any series (thin, dark, solid or dashed by setting).
@@ -670,22 +674,47 @@ def _x_axis(ax: Any, x: str | None, xs: Sequence[float], ticks: list[str] | None
     ax.set_xticks(list(xs), [_num(v) for v in xs])
 
 
-def mark_capacity(ax: Any, x: str | None, ticks: list[str] | None) -> bool:
+def capacity_outside(xs: Sequence[float]) -> str:
+    """Where load 1 lies against the loads run `xs`: "" within them (from the least to the
+    most, both included), else "below" or "above"."""
+    if not xs or min(xs) <= 1.0 <= max(xs) or any(math.isclose(v, 1.0) for v in xs):
+        return ""
+    return "below" if min(xs) > 1.0 else "above"
+
+
+def mark_capacity(ax: Any, x: str | None, xs: Sequence[float], ticks: list[str] | None
+                  ) -> Line2D | None:
     """Draw saturation (load 1: each scheduler's own capacity) as a vertical line under the
-    series when `x` is the load as a fraction of capacity (`LOAD_KEY`) on a numeric axis;
-    whether it did (its legend entry: `capacity_handle`)."""
-    if x != LOAD_KEY or ticks is not None:
-        return False
+    series when `x` is the load as a fraction of capacity (`LOAD_KEY`) on a numeric axis
+    and load 1 lies within the loads run `xs` (`_x_axis`'s), so that it sits inside the
+    panel (a margin beside it where it is the least or the most load run); a sweep that
+    starts above load 1 (or ends below it) gets no line, which would sit at the panel's
+    edge, its axis kept to the loads run, and its legend says where capacity lies. The
+    legend entry (`capacity_handle`), None where `x` is not the load."""
+    if x != LOAD_KEY or ticks is not None or not xs:
+        return None
+    outside = capacity_outside(xs)
+    if outside:
+        return capacity_handle(outside)
     ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
+    if any(math.isclose(v, 1.0) for v in (min(xs), max(xs))):
+        # at an end of the loads run: margins beside it, even where a band drawn to the
+        # ends (`fill_between`, load_curves.py) would hold the axis to them, the line on
+        # the spine, half of it clipped
+        ax.use_sticky_edges = False
     locs = [float(v) for v in ax.get_xticks()]
     if not any(math.isclose(v, 1.0) for v in locs):  # the line's load named on the axis
         locs = sorted([*locs, 1.0])
         ax.set_xticks(locs, [_num(v) for v in locs])  # labelled as `_x_axis` labels them
-    return True
+    return capacity_handle()
 
 
-def capacity_handle() -> Line2D:
-    """The legend entry of `mark_capacity`'s line."""
+def capacity_handle(outside: str = "") -> Line2D:
+    """The legend entry of `mark_capacity`'s line; where load 1 lies outside the loads run
+    (`outside`: "below" or "above", `capacity_outside`), words alone: no line was drawn."""
+    if outside:
+        return Line2D([], [], ls="", marker="",
+                      label=f"{CAPACITY_LABEL} {outside} the loads run")
     return Line2D([], [], label=CAPACITY_LABEL, **CAPACITY_LINE)
 
 
@@ -1114,13 +1143,13 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
         flat = [ax for row in axes for ax in row]
         for ax in flat[len(metrics):]:
             ax.set_visible(False)
-        saturation = False
+        capacity: Line2D | None = None
         drawn: list[Any] = []
         strips: list[CountStrip] = []
         for ax, m in zip(flat, specs, strict=False):
             ax.set_ylabel(m.label)
             _x_axis(ax, x, xs, ticks)
-            saturation |= mark_capacity(ax, x, ticks)
+            capacity = mark_capacity(ax, x, xs, ticks)
             y_all = pd.to_numeric(df[m.column], errors="coerce") if m.column in df else None
             if y_all is None or y_all.isna().all():
                 _note(ax, m.missing)
@@ -1163,7 +1192,7 @@ def metric_vs_load(frame: pd.DataFrame, x: str | None,
         if ticks is None:  # every panel over the same loads, drawn or not
             _x_limits(flat[:len(metrics)], drawn)
         handles = _scheduler_handles(scheds) + enc.handles() + marks.handles()
-        handles += [capacity_handle()] * saturation
+        handles += [capacity] if capacity is not None else []
         fig_legend(fig, handles)
         suptitle(fig, title)
         count_strips(fig, strips)
@@ -1200,7 +1229,8 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
     with style():
         fig, axes = plt.subplots(2, ncol, figsize=(width, 3.8), squeeze=False, sharex=True,
                                  layout="constrained")
-        saturation = False
+        capacity: Line2D | None = None
+        kinds: set[str] = set()  # what was drawn: "victim", "nonvictim"
         counted: dict[tuple[int, int], list[CountRow]] = {}
         for c, level in enumerate(columns):
             part = df[df[facet].astype(str) == level] if facet else df
@@ -1220,7 +1250,8 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                     draw = {"color": enc.draw(key, scheduler_color(sched))["color"],
                             "marker": scheduler_marker(sched)}
                     victims = f"{stat}_e2el_victim_ms"
-                    if pd.to_numeric(g.get(victims), errors="coerce").isna().all():
+                    if victims not in g or pd.to_numeric(
+                            g[victims], errors="coerce").isna().all():
                         no_victims.append(SCHEDULER_NAMES.get(sched, sched))
                     row = count_row(g, victims, ", ".join(
                         [SCHEDULER_NAMES.get(sched, sched), *enc.names(key)]), draw["color"])
@@ -1237,7 +1268,8 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                         shape = draw["marker"] if ticks is None or who == "victim" else \
                             OTHERS_MARKER  # no lines: the others by their marker
                         ci_points(ax, g, column, 1e-3, at, {**draw, "ls": ls, "marker": shape},
-                                marks, line=ticks is None)
+                                  marks, line=ticks is None)
+                        kinds.add(who)
                 head = [value_label(facet, level)] if facet and r == 0 else []
                 if no_victims:  # above the panel, where no point can sit
                     head.append(f"no victims: {', '.join(dict.fromkeys(no_victims))}")
@@ -1245,7 +1277,7 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
                     ax.set_title(wrapped("\n".join(head), width / ncol),
                                  fontsize=SMALL_PT if not (facet and r == 0) else None)
                 _x_axis(ax, x, xs, ticks)
-                saturation |= mark_capacity(ax, x, ticks)
+                capacity = mark_capacity(ax, x, xs, ticks)
                 if r == 0:
                     ax.set_xlabel("")
                 if c == 0:  # short: it must fit beside a panel (the title says latency)
@@ -1259,14 +1291,23 @@ def victims_vs_others(frame: pd.DataFrame, x: str | None, path: str | Path,
             if rows and not (r == 0 and counted.get((1, c)) == rows):
                 strips.append(CountStrip(axes[r][c], rows))
                 marks.counts = True
+        # the legend names only what was drawn: no victims entry where no scheduler had a
+        # victim (each panel says so), the schedulers' swatches then in the others' style
         handles: list[Any] = _scheduler_handles(scheds)
         if ticks is None:
-            handles += [Line2D([], [], color="0.3", ls=VICTIM_LS, label="victims"),
-                        Line2D([], [], color="0.3", ls=OTHERS_LS, label="other requests")]
-        else:
+            if kinds == {"nonvictim"}:
+                for h in handles:
+                    h.set_linestyle(OTHERS_LS)
+            handles += [Line2D([], [], color="0.3", ls=ls, label=label)
+                        for who, ls, label in (("victim", VICTIM_LS, "victims"),
+                                               ("nonvictim", OTHERS_LS, "other requests"))
+                        if who in kinds]
+        elif "nonvictim" in kinds:
+            with_victims = " (victims: the scheduler's marker)" * ("victim" in kinds)
             handles += [Line2D([], [], color="0.3", ls="", marker=OTHERS_MARKER,
-                               label="other requests (victims: the scheduler's marker)")]
-        handles += enc.handles() + marks.handles() + [capacity_handle()] * saturation
+                               label=f"other requests{with_victims}")]
+        handles += enc.handles() + marks.handles()
+        handles += [capacity] if capacity is not None else []
         fig_legend(fig, handles)
         suptitle(fig, title or "E2E latency of evicted requests (victims) and the others")
         count_strips(fig, strips)

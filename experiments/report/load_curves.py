@@ -2,11 +2,13 @@
 capacity, experiments/run/load.py) drawn as SLO attainment, goodput, p99 TTFT and p99 TPOT
 against load, one series per scheduler (and setting), with the 95 % bootstrap CI across
 realisations as a band (`experiments.report.realizations.bootstrap_ci`) around the mean.
-Saturation is marked: load 1.0 is each scheduler's own capacity (a vertical line), and the
+Saturation is marked: load 1.0 is each scheduler's own capacity (a vertical line, where it
+lies within the loads run; else the legend says that it lies below or above them), and the
 attainment target of the capacity search a horizontal line on the attainment panel. The x
-ticks are the loads run (load 1 named even when not run), as on the sweep's other figures
-(`figures._x_axis`, `figures.mark_capacity`); p99 TTFT is in seconds on a log axis (under a
-second below capacity, minutes past it); the title is wrapped to the figure's width.
+ticks are the loads run (load 1 named when within them, run or not), as on the sweep's
+other figures (`figures._x_axis`, `figures.mark_capacity`); p99 TTFT is in seconds on a
+log axis (under a second below capacity, minutes past it); the title is wrapped to the
+figure's width.
 
 Series are told apart by colour (the scheduler's), line style and marker (greyscale), at
 most `MAX_SERIES` per panel: further settings are fixed at their first value, said in the
@@ -34,7 +36,6 @@ from experiments.report.figures import (
     _save,
     _title_in,
     _x_axis,
-    capacity_handle,
     fig_legend,
     legend_height,
     log_ticks,
@@ -110,14 +111,16 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
     keys = list(dict.fromkeys(map(tuple, df[series].astype(str).values.tolist())))
     styles = {k: SERIES_STYLES[i % len(SERIES_STYLES)] for i, k in enumerate(keys)}
     loads = sorted(set(df[LOAD].tolist()))
+    capacity: Line2D | None = None
     with style(), plt.rc_context(_RC):
         fig, axes = plt.subplots(2, 2, figsize=(COLUMN_IN, 3.5), layout="constrained",
                                  sharex=True)
         for ax, (column, label, scale, log) in zip(axes.flat, PANELS, strict=True):
             ax.set_ylabel(label)
-            # ticks at the loads run, load 1 named: as the sweep's other figures
+            # ticks at the loads run, load 1 named (within them): as the sweep's other
+            # figures
             _x_axis(ax, LOAD, loads, None)
-            mark_capacity(ax, LOAD, None)
+            capacity = mark_capacity(ax, LOAD, loads, None)
             if column == "slo_attainment" and target is not None:
                 ax.axhline(100.0 * target, color="0.35", lw=0.8, ls=":", zorder=1)
             if column not in df or pd.to_numeric(df[column], errors="coerce").isna().all():
@@ -158,7 +161,8 @@ def load_curves(frame: pd.DataFrame, path: str | Path, target: float | None = No
             handles.append(LegendGroup(tuple(Patch(color=scheduler_color(s), alpha=0.22, lw=0)
                                              for s in scheds), f"95 % CI ({n_real} real.)",
                                        apart=True))
-        handles.append(capacity_handle())
+        if capacity is not None:
+            handles.append(capacity)
         if target is not None:
             handles.append(Line2D([], [], color="0.35", lw=0.8, ls=":",
                                   label=f"target {target:.0%}"))

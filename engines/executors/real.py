@@ -114,6 +114,11 @@ class StepTimer:
         return self.repeats
 
 
+def _is_pass_count(value: object) -> bool:
+    """Whether `value` is a number of forward passes: an int (not a bool) of at least 1."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def resolve_timer(timer: str, repeats: int, device: torch.device,
                   num_threads: int | None = None,
                   prefill_repeats: int | None = None) -> StepTimer:
@@ -126,12 +131,10 @@ def resolve_timer(timer: str, repeats: int, device: torch.device,
     """
     if timer not in TIMERS:
         raise ValueError(f"real executor: executor.timer={timer!r}: valid: {', '.join(TIMERS)}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+    if not _is_pass_count(repeats):
         raise ValueError(f"real executor: executor.timer_repeats={repeats!r}: must be an "
                          "integer >= 1 (the forward passes per step of timer=min_of_k)")
-    if prefill_repeats is not None and (isinstance(prefill_repeats, bool)
-                                        or not isinstance(prefill_repeats, int)
-                                        or prefill_repeats < 1):
+    if prefill_repeats is not None and not _is_pass_count(prefill_repeats):
         raise ValueError(f"real executor: executor.timer_prefill_repeats={prefill_repeats!r}: "
                          "must be an integer >= 1 (the forward passes of a step with a "
                          "prefill chunk) or null (timer_repeats)")

@@ -108,7 +108,10 @@ def held_out_windows(study: str, overrides: Sequence[str]) -> list[int]:
     from experiments.capacity.main import compose
     from experiments.run.realizations import holdout_ids
 
-    base = [f"experiment={study}", *[o for o in overrides if o.split("=", 1)[0] != "scheduler"]]
+    # the windows do not depend on the scheduler: its choice and its keys (scheduler=sglang
+    # scheduler.page_size=16) left out, as a key of one would not compose on the default
+    base = [f"experiment={study}",
+            *[o for o in overrides if o.split("=", 1)[0].split(".")[0] != "scheduler"]]
     held = holdout_ids(compose(base))
     if not held:
         raise ConfigError(f"experiment={study} {' '.join(overrides)}: the setting holds no "

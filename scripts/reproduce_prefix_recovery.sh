@@ -8,8 +8,9 @@
 #   mooncake_noshare the same with every prompt its own tokens (workload.share_prefixes=false),
 #              vLLM only (SGLang retracts nothing on Mooncake: see the README);
 #   azure_conv the decode-heavy Azure 2023 conv trace, blocks of 500 requests (windows
-#              0,9,18,27,36 of its 38; 4,13,22,31 held out), prompts over the 4,096-token
-#              context dropped.
+#              0,9,18,27,36 of its 38; 4,13,22,31 held out), prompts of 4,090 tokens
+#              or more dropped (SGLang refuses them under the 4,096-token context: the
+#              same requests for both schedulers).
 # Each window runs at its own capacity (per-window search: scripts/_study.sh).
 # Then scripts/prefix_recovery_report.py writes the per-readmission recovery (distribution,
 # CDF figure) and the recompute share's spread across windows. Results: results/prefix_recovery/.
@@ -24,7 +25,7 @@ scripts/_study.sh prefix_recovery mooncake_noshare \
     "Q2: prefix recovery on resume, Mooncake without shared prefixes" "$columns" \
     workload.share_prefixes=false scheduler=vllm
 scripts/_study.sh prefix_recovery azure_conv "Q2: prefix recovery on resume, Azure conv" \
-    "$columns" workload=azure_conv workload.max_requests=500 workload.max_input_len=4096 \
+    "$columns" workload=azure_conv workload.max_requests=500 workload.max_input_len=4089 \
     workload.long_inputs=drop 'realizations=[0,9,18,27,36]' 'holdout_realizations=[4,13,22,31]'
 "$py" scripts/prefix_recovery_report.py results/prefix_recovery \
     mooncake=results/prefix_recovery/runs/mooncake/sweep \

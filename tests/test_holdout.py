@@ -7,6 +7,7 @@ only."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,24 @@ def test_policies_and_modes_are_compared_row_by_row(tmp_path: Path) -> None:
     text = holdout_markdown(rows, "victim_policies/vllm", "", "per window", [2, 6])
     assert "| load | mode, policy | statistic |" in text
     assert "| 1.25 | recompute, most_kv | evictions per window |" in text
+
+
+def test_every_setting_with_windows_to_hold_out_is_checked() -> None:
+    """Each setting the study scripts run has its held-out check, but Q1 code (its trace's
+    five blocks are all swept): the sensitivity settings as reproduce_sensitivity.sh names
+    them, Q2's three, Q3's and the policies' A10."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "scripts" / "holdout_check.sh").read_text().replace("\\\n", " ")
+    checked = set(re.findall(r"^\s*check (\w+) \"?([\w/$]+)\"? ", text, re.M))
+    checked |= {("sensitivity", s) for s in re.findall(r"^sens (\w+) ", text, re.M)}
+    if ("victim_policies", "a10/$s") in checked:  # the loop over both schedulers
+        checked |= {("victim_policies", "a10/vllm"), ("victim_policies", "a10/sglang")}
+    sensitivity = (root / "scripts" / "reproduce_sensitivity.sh").read_text()
+    expected = {("sensitivity", s) for s in re.findall(r"^study (\w+) ", sensitivity, re.M)}
+    expected |= {("preemption", "conv"), ("preemption", "conv_sync"),
+                 ("prefix_recovery", "mooncake"), ("prefix_recovery", "mooncake_noshare"),
+                 ("prefix_recovery", "azure_conv"), ("victim_choice", "main"),
+                 ("victim_choice", "a10"), ("victim_policies", "vllm"),
+                 ("victim_policies", "a10/vllm"), ("victim_policies", "a10/sglang")}
+    assert len(expected) == 17
+    assert expected <= checked, sorted(expected - checked)

@@ -56,6 +56,7 @@ from experiments.report.figures import (
     ZERO_ZORDER,
     _save,
     capacity_handle,
+    capacity_outside,
     fig_legend,
     scheduler_color,
     scheduler_marker,
@@ -447,6 +448,7 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
     with style():
         fig, axes = plt.subplots(2, len(settings), figsize=(width, 4.9), squeeze=False,
                                  sharex=True, layout="constrained")
+        outsides: set[str] = set()
         for col, setting in enumerate(settings):
             top, bottom = axes[0][col], axes[1][col]
             ran = [x for x in scheds if x in set(rec.loc[rec["setting"] == setting,
@@ -489,7 +491,11 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
                            np.zeros(len(c), dtype=bool), color, marker, "-", clip=not zero)
                 if zero:
                     zero_notes.append(f"{_label(sched)}: 0 at every load")
-            for ax in (top, bottom):
+            # load 1 marked only inside this setting's loads (figures.mark_capacity's rule)
+            outside = capacity_outside(sorted(float(x) for x in
+                                              rec.loc[rec["setting"] == setting, "load"]))
+            outsides.add(outside)
+            for ax in (top, bottom) if not outside else ():
                 ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
             top.set_title(SETTING_TITLES.get(setting, setting))
             missing = [_label(x) for x in ran
@@ -528,7 +534,7 @@ def recovery_vs_load(rec: pd.DataFrame, rc: pd.DataFrame, readm: pd.DataFrame,
                    label=f"hollow: n < {FEW} readmissions"),
             Line2D([], [], color=shade(grey, 0.3), lw=3,
                    label="recompute: min-max over windows"),
-            capacity_handle()]
+            *[capacity_handle(o) for o in sorted(outsides)]]
         fig_legend(fig, handles,
                    "top: n = readmissions behind each load's points (at the foot); "
                    f"bottom: mean over {'/'.join(str(w) for w in windows)} windows")

@@ -341,6 +341,7 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
         LegendMarks,
         _save,
         capacity_handle,
+        capacity_outside,
         ci_points,
         fig_legend,
         style,
@@ -365,7 +366,8 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
         for i, sched in enumerate(scheds):
             for j, metric in enumerate(panels):
                 ax = axes[i * (nrow // len(scheds)) + j // ncol][j % ncol]
-                ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
+                if not capacity_outside(loads):  # figures.mark_capacity's rule
+                    ax.axvline(1.0, zorder=1, **CAPACITY_LINE)
                 has_data = nonzero = False
                 noted: dict[float, int] = {}
                 for k, (s, agg, _) in enumerate(settings):
@@ -428,7 +430,7 @@ def sensitivity_figure(settings: list[tuple[Setting, pd.DataFrame, dict[str, Any
             ax.set_visible(False)
         handles: list[Any] = [Line2D([], [], label=shown[k], **_setting_style(k))
                               for k in sorted(shown)]
-        handles += [*marks.handles(), capacity_handle(),
+        handles += [*marks.handles(), capacity_handle(capacity_outside(loads)),
                     Line2D([], [], color="0.5", lw=0.8, ls="--",
                            label=f"{FEW_VICTIMS} victims")]
         note = ("; ".join(f"{SCHEDULER_LABELS.get(s, s)}: no eviction in any setting at "

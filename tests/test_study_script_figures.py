@@ -310,3 +310,35 @@ def test_marker_face_helper_tells_hollow_from_filled() -> None:
     ax.add_line(Line2D([2.0], [1.0], marker="o", color="C0", ls=""))
     assert marker_faces(ax, "C0") == [(1.0, "hollow"), (2.0, "filled")]
     plt.close(fig)
+
+
+def capacity_lines(fig: Any) -> int:
+    """How many vertical lines at load 1 (the capacity mark) the figure's panels hold."""
+    return sum(1 for ax in fig.axes for ln in ax.get_lines()
+               if list(ln.get_xdata()) == [1.0, 1.0] and ln.get_linestyle() != "None")
+
+
+def test_load_one_is_marked_only_inside_the_loads_run(tmp_path: Path) -> None:
+    """As figures.mark_capacity: a sweep wholly above load 1 gets no line at the panel's
+    edge, its legend saying where capacity lies; a sweep through load 1 gets the line."""
+    recovery = load_script("prefix_recovery_report")
+    jobs, readm = recovery_inputs()
+    above = (jobs[LOAD] > 1.2, readm[LOAD] > 1.2)
+    for kept, where in (((jobs, readm), ""), ((jobs[above[0]], readm[above[1]]), "below")):
+        j, r = kept
+        with saved_figures() as figs:
+            recovery.recovery_vs_load(recovery.recovery_table(j, r),
+                                      recovery.recompute_table(j), r, tmp_path / "r.png")
+        (fig,) = figs
+        legend = [t.get_text() for t in fig.legends[0].get_texts()]
+        if where:
+            assert capacity_lines(fig) == 0 and "capacity (load 1) below the loads run" in legend
+        else:
+            assert capacity_lines(fig) == 4 and "capacity (load 1)" in legend
+    sensitivity = load_script("sensitivity_report")
+    settings = [(s, agg[agg[LOAD] > 1.2], cap) for s, agg, cap in sensitivity_settings()]
+    with saved_figures() as figs:
+        sensitivity.sensitivity_figure(settings, tmp_path / "s.png")
+    (fig,) = figs
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert capacity_lines(fig) == 0 and "capacity (load 1) below the loads run" in legend

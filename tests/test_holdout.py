@@ -281,3 +281,25 @@ def test_every_setting_with_windows_to_hold_out_is_checked() -> None:
                  ("victim_policies", "a10/vllm"), ("victim_policies", "a10/sglang")}
     assert len(expected) == 17
     assert expected <= checked, sorted(expected - checked)
+
+
+def test_a_one_scheduler_sweep_reads_its_long_headline(tmp_path: Path) -> None:
+    """A sweep of one scheduler (Q2's mooncake_noshare) writes headline.csv one row per
+    load with a `scheduler` column, not `<stat>[<scheduler>]` columns: read as it is."""
+    folder = tmp_path / "one"
+    folder.mkdir()
+    jobs = sweep(range(5), 150.0)
+    agg = aggregate(jobs[jobs["scheduler"] == "vllm"],
+                    ["scheduler", "workload.load", "workload.realization"], METRICS)
+    agg.to_csv(folder / "aggregated.csv", index=False)
+    pd.DataFrame({"workload.load": [1.25, 2.0], "scheduler": ["vllm", "vllm"],
+                  "prefix_recovery_on_resume": [0.8, 0.7],
+                  "prefix_recovery_on_resume_ci_lo": [0.75, 0.6],
+                  "prefix_recovery_on_resume_ci_hi": [0.85, 0.8],
+                  "prefix_recovery_on_resume_n": [400, 500]}).to_csv(
+        folder / "headline.csv", index=False)
+    report = read_report(folder)
+    assert list(report["scheduler"]) == ["vllm", "vllm"]
+    assert list(report["prefix_recovery_on_resume"]) == [0.8, 0.7]
+    rows = compare(report, report, SWEEP_STATS)
+    assert cell(rows, "vllm", 2.0, "prefix_recovery_on_resume").held_out.n == 500

@@ -68,8 +68,13 @@ class Point:
 
 
 def _unpivot(headline: pd.DataFrame) -> pd.DataFrame:
-    """headline.csv's `<stat>[<scheduler>]` columns as one row per scheduler and load."""
+    """headline.csv's `<stat>[<scheduler>]` columns as one row per scheduler and load (a
+    one-scheduler sweep's headline.csv is already so: a `scheduler` column)."""
     load = headline.columns[0]
+    if "scheduler" in headline.columns:
+        out = headline.rename(columns={load: "load"})
+        out["load"] = pd.to_numeric(out["load"]).astype(float)
+        return out
     per: dict[tuple[str, float], dict[str, float]] = {}
     for col in headline.columns[1:]:
         stat, _, sched = col.rstrip("]").partition("[")

@@ -191,8 +191,10 @@ def compare(committed: pd.DataFrame, held_out: pd.DataFrame,
     so are a statistic the committed table lacks (the study did not report it) and one
     neither side defines."""
     out = []
-    committed = committed.assign(_case=_cases(committed))
-    held_out = held_out.assign(_case=_cases(held_out))
+    # copies first: a table joined column by column (read_report, with_recovery) is made
+    # one block again, which pandas asks for before one more column
+    committed = committed.copy().assign(_case=_cases(committed))
+    held_out = held_out.copy().assign(_case=_cases(held_out))
     scheds = list(dict.fromkeys(str(s) for s in held_out["scheduler"]))
     for sched in scheds:
         for load in sorted(set(held_out.loc[held_out["scheduler"] == sched, "load"])):

@@ -101,9 +101,9 @@ class StepTimer:
     name: str
     repeats: int
     clock: str
+    prefill_repeats: int
     reference_s: float | None = None
     reference_source: str | None = None
-    prefill_repeats: int = 1
 
     def passes(self, plan: StepPlan) -> int:
         """The forward passes that time `plan`: `prefill_repeats` where a chunk has more than
@@ -153,9 +153,9 @@ def resolve_timer(timer: str, repeats: int, device: torch.device,
     else:
         clock = "perf_counter"
     if timer not in _REPEATED:
-        return StepTimer(timer, 1, clock, prefill_repeats=1)
-    return StepTimer(timer, repeats, clock, prefill_repeats=(
-        repeats if prefill_repeats is None else prefill_repeats))
+        return StepTimer(timer, 1, clock, 1)
+    return StepTimer(timer, repeats, clock,
+                     repeats if prefill_repeats is None else prefill_repeats)
 
 
 def reference_plan() -> StepPlan:

@@ -303,3 +303,18 @@ def test_a_one_scheduler_sweep_reads_its_long_headline(tmp_path: Path) -> None:
     assert list(report["prefix_recovery_on_resume"]) == [0.8, 0.7]
     rows = compare(report, report, SWEEP_STATS)
     assert cell(rows, "vllm", 2.0, "prefix_recovery_on_resume").held_out.n == 500
+
+
+def test_the_sensitivity_checks_give_the_overrides_of_their_study() -> None:
+    """holdout_check.sh lists each sensitivity setting's overrides again (the study script's
+    are not importable into it): the same ones, so a setting's held-out run is that setting
+    (the config digest check would not see a scheduler key such as block_size)."""
+    root = Path(__file__).resolve().parent.parent
+    held = (root / "scripts" / "holdout_check.sh").read_text().replace("\\\n", " ")
+    study = (root / "scripts" / "reproduce_sensitivity.sh").read_text().replace("\\\n", " ")
+    ran = {m[0]: m[1].split() for m in re.findall(
+        r'^study (\w+) "[^"]*" "\$columns"(.*)$', study, re.M)}
+    checked = {m[0]: m[1].split() for m in re.findall(r'^sens (\w+) "[^"]*"(.*)$', held, re.M)}
+    assert checked, "no sens lines found"
+    for setting, overrides in checked.items():
+        assert overrides == ran[setting], setting
